@@ -1,0 +1,118 @@
+"""The environment contract: the variables PyTorch's build reads, derived from the job.
+
+These are the variables PyTorch's own binary builders set (.ci/manywheel/build_cuda.sh,
+.ci/aarch64_linux/aarch64_wheel_ci_build.py); the build scripts pass them through untouched.
+"""
+
+from __future__ import annotations
+
+from wheelfoundry.catalog import Catalog
+from wheelfoundry.config import FarmConfig
+from wheelfoundry.jobs import ImageSpec, StackContext
+from wheelfoundry.model import Options, TargetSpec
+from wheelfoundry.resolve import Resolved
+
+PAGE_SIZE_FLAG = "-Wl,-z,max-page-size=0x10000"  # aarch64 kernels with 64 KiB pages
+
+
+def flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def cache_env(bucket: str, region: str, target: str, cuda: bool) -> dict[str, str]:
+    env = {
+        "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+        "SCCACHE_BUCKET": bucket,
+        "SCCACHE_REGION": region,
+        "SCCACHE_S3_KEY_PREFIX": f"sccache/{target}/",
+        "SCCACHE_S3_SERVER_SIDE_ENCRYPTION": "true",
+    }
+    if cuda:
+        env["CMAKE_CUDA_COMPILER_LAUNCHER"] = "sccache"
+    return env
+
+
+def torch_env(
+    target: TargetSpec,
+    resolved: Resolved,
+    options: Options,
+    arch_list: str | None,
+    max_jobs: int,
+    context: StackContext,
+    target_id: str,
+) -> dict[str, str]:
+    cuda = target.accelerator == "cuda"
+    env = {
+        "BUILD_TEST": "0",
+        "USE_DISTRIBUTED": "1",
+        "USE_MPI": flag(options.mpi),
+        "USE_OPENMP": "1",
+        "MAX_JOBS": str(max_jobs),
+        "PYTORCH_BUILD_NUMBER": "1",
+        "_GLIBCXX_USE_CXX11_ABI": flag(resolved.cxx11_abi),
+        "USE_MKLDNN": flag(target.mkldnn),
+        "USE_CUDA": flag(cuda),
+        **cache_env(context.bucket, context.region, target_id, cuda),
+    }
+    if target.platform == "aarch64":
+        acl = target.mkldnn if target.acl is None else target.acl
+        env.update(
+            {
+                "BLAS": "OpenBLAS",
+                "OpenBLAS_HOME": "/opt/OpenBLAS",
+                "USE_MKLDNN_ACL": flag(acl),
+                "CMAKE_SHARED_LINKER_FLAGS": PAGE_SIZE_FLAG,
+                "LDFLAGS": PAGE_SIZE_FLAG,
+            }
+        )
+        if acl:
+            env.update({"ACL_ROOT_DIR": "/acl", "ACL_INCLUDE_DIR": "/acl/build", "ACL_LIBRARY": "/acl/build"})
+    else:
+        env["BLAS"] = "MKL"
+    if cuda and target.cuda and arch_list:
+        env.update(
+            {
+                "CUDA_VERSION": target.cuda,
+                "TORCH_CUDA_ARCH_LIST": arch_list,
+                "TORCH_NVCC_FLAGS": "-Xfatbin -compress-all",
+                # Slim wheel: CUDA libraries come from the nvidia-* wheels, found through RPATH.
+                "USE_STATIC_CUDNN": "0",
+                "USE_SYSTEM_NCCL": "1",
+                "USE_STATIC_NCCL": "0",
+                "ATEN_STATIC_CUDA": "0",
+                "USE_CUDA_STATIC_LINK": "0",
+                "USE_CUPTI_SO": "1",
+            }
+        )
+    return env
+
+
+def library_env(name: str, accelerator: str) -> dict[str, str]:
+    """Each domain library's own switches; optional system codecs stay off for portable wheels."""
+    cuda = accelerator == "cuda"
+    if name == "torchvision":
+        return {
+            "TORCHVISION_USE_PNG": "1",
+            "TORCHVISION_USE_JPEG": "1",
+            "TORCHVISION_USE_WEBP": "1",
+            "TORCHVISION_USE_NVJPEG": flag(cuda),
+            "TORCHVISION_USE_FFMPEG": "0",
+            "TORCHVISION_USE_VIDEO_CODEC": "0",
+            "FORCE_CUDA": flag(cuda),
+        }
+    if name == "torchaudio":
+        return {"USE_CUDA": flag(cuda), "USE_FFMPEG": "0", "BUILD_SOX": "0", "USE_OPENMP": "1"}
+    return {}
+
+
+def image_for(platform: str, cuda: str | None, catalog: Catalog, config: FarmConfig) -> ImageSpec:
+    tools = config.toolchain
+    args = {"OPENMPI_VERSION": tools["openmpi"], "SCCACHE_VERSION": tools["sccache"]}
+    if platform == "aarch64":
+        args.update({"OPENBLAS_VERSION": tools["openblas"], "ACL_VERSION": tools["acl"]})
+        return ImageSpec("aarch64-cpu", tools["manylinux_aarch64"], args, "manylinux_2_28_aarch64")
+    if cuda:
+        base = f"{tools['cuda_base']}:{catalog.cuda[cuda].image_tag}"
+        return ImageSpec("x86_64-cuda", base, {**args, "CUDA_VERSION": cuda}, "manylinux_2_28_x86_64")
+    return ImageSpec("x86_64-cpu", tools["manylinux_x86_64"], args, "manylinux_2_28_x86_64")

@@ -1,0 +1,203 @@
+"""The compatibility catalog: what can be built, read from ``data/catalog.toml``.
+
+The TOML file is the single source of truth; this module only types it and answers
+questions about it. Nothing here guesses: a pairing the file does not state is rejected.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+DOMAIN_LIBRARIES = ("torchvision", "torchaudio", "torchtext", "torchdata")
+ALL_PACKAGES = ("torch", *DOMAIN_LIBRARIES)
+
+VersionKind = Literal["release", "rc", "nightly", "main", "commit", "ref"]
+
+_RC = re.compile(r"^(?P<base>\d+\.\d+\.\d+)-?rc(?P<n>[1-9])$")
+_RELEASE = re.compile(r"^\d+\.\d+(\.\d+)?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    repo: str
+    tag: str  # format string with {version}
+    note: str = ""
+    last: str | None = None  # last release, for libraries whose development ended
+
+    def tag_for(self, version: str) -> str:
+        return self.tag.format(version=version)
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    version: str
+    archs: tuple[str, ...]  # compute capabilities this toolkit can target
+    default_arch_list: str
+    requirements: tuple[str, ...]  # pinned nvidia-* wheels a slim torch wheel depends on
+    image_tag: str  # pytorch/manylinux2_28-builder tag the builder image derives from
+
+
+@dataclass(frozen=True)
+class Release:
+    """One torch minor release line and what pairs with it."""
+
+    torch: str  # "2.5"
+    patches: tuple[int, ...]
+    python: tuple[str, ...]
+    cuda: tuple[str, ...]
+    cuda_experimental: tuple[str, ...]
+    libraries: Mapping[str, str]  # library -> minor version paired with torch X.Y
+    python_limits: Mapping[str, tuple[str, ...]]  # library -> narrower Python list
+    overrides: Mapping[str, Mapping[str, str]]  # "2.0.0" -> library -> exact version
+    cxx11_abi: bool
+    source: str
+
+    @property
+    def all_cuda(self) -> tuple[str, ...]:
+        return self.cuda + self.cuda_experimental
+
+    def latest_patch(self) -> str:
+        return f"{self.torch}.{max(self.patches)}"
+
+    def library_version(self, library: str, torch_version: str, rc: int | None = None) -> str | None:
+        """Exact version of ``library`` that pairs with ``torch_version`` (None: not paired)."""
+        minor = self.libraries.get(library)
+        if minor is None:
+            return None
+        # Overrides describe final patch releases; an RC always pairs by the RC rule.
+        exact = None if rc is not None else self.overrides.get(torch_version, {}).get(library)
+        if exact is not None:
+            return exact
+        if minor.startswith("="):  # one exact release serves every torch patch (and its RCs)
+            return minor[1:]
+        patch = Version(torch_version).micro
+        base = f"{minor}.{patch}"
+        return f"{base}-rc{rc}" if rc is not None else base
+
+
+@dataclass(frozen=True)
+class MovingRef:
+    """``nightly`` or ``main``: a branch of every library, not a fixed version."""
+
+    name: str
+    ref: str
+    python: tuple[str, ...]
+    cuda: tuple[str, ...]
+    libraries: tuple[str, ...]
+    cxx11_abi: bool
+
+
+@dataclass(frozen=True)
+class Catalog:
+    libraries: Mapping[str, Library]
+    releases: tuple[Release, ...]
+    moving: Mapping[str, MovingRef]
+    cuda: Mapping[str, CudaToolkit]
+    sources: tuple[str, ...]
+
+    def release(self, minor: str) -> Release | None:
+        return next((r for r in self.releases if r.torch == minor), None)
+
+    def newest_release(self) -> Release:
+        return max(self.releases, key=lambda r: Version(r.torch))
+
+    def known_versions(self) -> tuple[str, ...]:
+        """Every exact torch version the catalog can pair, oldest first."""
+        return tuple(f"{r.torch}.{p}" for r in self.releases for p in r.patches)
+
+
+def classify(spec: str) -> VersionKind | None:
+    """What kind of framework version a request string is (None: not a version at all)."""
+    if spec in ("nightly", "main"):
+        return spec  # type: ignore[return-value]
+    if _COMMIT.match(spec):
+        return "commit"
+    if _RC.match(spec):
+        return "rc"
+    if _RELEASE.match(spec):
+        return "release"
+    return "ref"
+
+
+def parse_rc(spec: str) -> tuple[str, int] | None:
+    match = _RC.match(spec)
+    return (match["base"], int(match["n"])) if match else None
+
+
+def minor_of(version: str) -> str | None:
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    return f"{parsed.major}.{parsed.minor}"
+
+
+def _tuple(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value or ())
+
+
+def _load(data: Mapping[str, Any]) -> Catalog:
+    libraries = {
+        name: Library(name=name, repo=lib["repo"], tag=lib["tag"], note=lib.get("note", ""), last=lib.get("last"))
+        for name, lib in data["libraries"].items()
+    }
+    releases = tuple(
+        Release(
+            torch=rel["torch"],
+            patches=tuple(int(p) for p in rel["patches"]),
+            python=_tuple(rel["python"]),
+            cuda=_tuple(rel.get("cuda")),
+            cuda_experimental=_tuple(rel.get("cuda_experimental")),
+            libraries=dict(rel.get("libraries", {})),
+            python_limits={k: _tuple(v) for k, v in rel.get("python_limits", {}).items()},
+            overrides={k: dict(v) for k, v in rel.get("overrides", {}).items()},
+            cxx11_abi=bool(rel.get("cxx11_abi", False)),
+            source=rel.get("source", ""),
+        )
+        for rel in data["release"]
+    )
+    moving = {
+        name: MovingRef(
+            name=name,
+            ref=ref["ref"],
+            python=_tuple(ref["python"]),
+            cuda=_tuple(ref["cuda"]),
+            libraries=_tuple(ref["libraries"]),
+            cxx11_abi=bool(ref.get("cxx11_abi", True)),
+        )
+        for name, ref in data["moving"].items()
+    }
+    cuda = {
+        version: CudaToolkit(
+            version=version,
+            archs=_tuple(tk["archs"]),
+            default_arch_list=tk["default_arch_list"],
+            requirements=_tuple(tk.get("requirements")),
+            image_tag=tk["image_tag"],
+        )
+        for version, tk in data["cuda"].items()
+    }
+    return Catalog(
+        libraries=libraries, releases=releases, moving=moving, cuda=cuda, sources=_tuple(data.get("sources"))
+    )
+
+
+@cache
+def load_catalog() -> Catalog:
+    text = resources.files("wheelfoundry").joinpath("data/catalog.toml").read_text(encoding="utf-8")
+    return _load(tomllib.loads(text))
+
+
+def catalog_from_text(text: str) -> Catalog:
+    """For tests and for operators checking an edited catalog before deploying it."""
+    return _load(tomllib.loads(text))

@@ -1,0 +1,66 @@
+"""The ``wheelfoundry`` command: plan requests, and run the embedded AWS locally.
+
+Exit codes: 0 done, 1 the run failed, 2 the input was invalid (every problem is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.cli_request import add_builder_flags, build_raw_request
+from wheelfoundry.config import load_config
+from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.jobs import Plan
+from wheelfoundry.planning import plan_request
+from wheelfoundry.render import render_dry_run, render_plan
+from wheelfoundry.request import parse_request
+
+
+def _plan_command(args: argparse.Namespace) -> int:
+    raw = build_raw_request(args, os.environ)
+    catalog, config = load_catalog(), load_config()
+    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
+    if args.json:
+        print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs]}, indent=2))
+    elif args.dry_run:
+        print(render_dry_run(plan))
+    else:
+        print(render_plan(plan))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wheelfoundry", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="validate a request and show its jobs, instances and cost; launches nothing")
+    plan.add_argument("request", nargs="?", help="a request JSON file or a preset name (e.g. nightly)")
+    plan.add_argument("--json", action="store_true", help="print the jobs as JSON (the job contract)")
+    plan.add_argument("--dry-run", action="store_true", help="also show each job's image, environment and stages")
+    add_builder_flags(plan)
+    plan.set_defaults(func=_plan_command)
+    try:
+        from wheelfoundry_local.cli import add_local_commands
+    except ImportError:  # the Lambda bundle and a plain install have no local mode
+        pass
+    else:
+        add_local_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except RequestInvalid as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

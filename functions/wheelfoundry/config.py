@@ -1,0 +1,86 @@
+"""Farm configuration (``data/config.toml``): instance choice, prices, estimates, guardrails."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    arch: str
+    vcpus: int
+    memory_gib: float
+    usd_per_hour: float
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    max_jobs: int
+    max_instance_hours: float
+    hard_max_jobs: int
+
+
+@dataclass(frozen=True)
+class FarmConfig:
+    guardrails: Guardrails
+    max_hours: float
+    gib_per_compile_job: Mapping[str, float]
+    reserve_gib: float
+    max_jobs_cap: int
+    instances: Mapping[str, str]  # target kind -> instance type name
+    instance_types: Mapping[str, InstanceType]
+    spot_factor: float
+    estimates: Mapping[str, Any]
+    toolchain: Mapping[str, str]
+
+    def instance(self, name: str) -> InstanceType | None:
+        return self.instance_types.get(name)
+
+    def with_guardrails(self, max_jobs: int | None = None, max_instance_hours: float | None = None) -> FarmConfig:
+        """Stack parameters override the file's guardrails, never past the hard cap."""
+        rails = self.guardrails
+        jobs = min(max_jobs if max_jobs is not None else rails.max_jobs, rails.hard_max_jobs)
+        hours = max_instance_hours if max_instance_hours is not None else rails.max_instance_hours
+        return replace(self, guardrails=replace(rails, max_jobs=jobs, max_instance_hours=hours))
+
+
+def _load(data: Mapping[str, Any]) -> FarmConfig:
+    rails = data["guardrails"]
+    defaults = data["defaults"]
+    return FarmConfig(
+        guardrails=Guardrails(
+            max_jobs=int(rails["max_jobs"]),
+            max_instance_hours=float(rails["max_instance_hours"]),
+            hard_max_jobs=int(rails["hard_max_jobs"]),
+        ),
+        max_hours=float(defaults["max_hours"]),
+        gib_per_compile_job={k: float(v) for k, v in defaults["gib_per_compile_job"].items()},
+        reserve_gib=float(defaults["reserve_gib"]),
+        max_jobs_cap=int(defaults["max_jobs_cap"]),
+        instances=dict(data["instances"]),
+        instance_types={
+            name: InstanceType(
+                name=name,
+                arch=spec["arch"],
+                vcpus=int(spec["vcpus"]),
+                memory_gib=float(spec["memory_gib"]),
+                usd_per_hour=float(spec["usd_per_hour"]),
+            )
+            for name, spec in data["instance_types"].items()
+        },
+        spot_factor=float(data["pricing"]["spot_factor"]),
+        estimates=dict(data["estimates"]),
+        toolchain={k: str(v) for k, v in data["toolchain"].items()},
+    )
+
+
+@cache
+def load_config() -> FarmConfig:
+    text = resources.files("wheelfoundry").joinpath("data/config.toml").read_text(encoding="utf-8")
+    return _load(tomllib.loads(text))

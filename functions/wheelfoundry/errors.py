@@ -1,0 +1,111 @@
+"""The typed error hierarchy.
+
+A Lambda error's class name becomes the Step Functions error name, so the ASL's
+Retry/Catch clauses match on these names. Renaming a class is an interface change:
+tests/test_asl.py checks that every name the ASL matches on exists here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class WheelFoundryError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+# --- Request validation: raised before anything is launched -------------------------
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem with a request: where it is, what was there, what is allowed."""
+
+    path: str
+    message: str
+    value: object = None
+    allowed: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        text = f"{self.path or '(request)'}: {self.message}"
+        if self.allowed:
+            text += f" (allowed: {', '.join(self.allowed)})"
+        return text
+
+
+class RequestInvalid(WheelFoundryError):
+    """The request breaks the schema or the catalog; carries every problem at once."""
+
+    def __init__(self, issues: Iterable[Issue]):
+        self.issues: tuple[Issue, ...] = tuple(issues)
+        count = len(self.issues)
+        lines = "\n".join(f"  - {issue}" for issue in self.issues)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the build request:\n{lines}")
+
+
+class GuardrailExceeded(RequestInvalid):
+    """The request is valid but bigger than this stack allows (jobs or instance-hours)."""
+
+
+# --- Infrastructure: launching, waiting, collecting ------------------------------------
+
+
+class CapacityUnavailable(WheelFoundryError):
+    """EC2 had no capacity for the instance type right now; worth a retry."""
+
+
+class LaunchFailed(WheelFoundryError):
+    """RunInstances failed for a reason a retry will not fix."""
+
+
+class AgentNotReady(WheelFoundryError):
+    """The instance's SSM agent has not registered yet; the ASL retries with backoff."""
+
+
+class InstanceLost(WheelFoundryError):
+    """The instance stopped or terminated before its build finished."""
+
+
+class SpotInterrupted(WheelFoundryError):
+    """EC2 reclaimed the spot instance; the ASL relaunches the job on demand."""
+
+
+class BuildFailed(WheelFoundryError):
+    """The build on the instance failed; the cause carries the log tail."""
+
+
+class BuildCommandFailed(WheelFoundryError):
+    """SSM reported the build command Failed, TimedOut or Cancelled before it called back."""
+
+
+class ManifestInvalid(WheelFoundryError):
+    """The manifest an instance wrote is missing, malformed or disagrees with the wheels."""
+
+
+class JobsFailed(WheelFoundryError):
+    """Raised by Report when one or more jobs failed; names each one and why."""
+
+    def __init__(self, failures: Sequence[tuple[str, str, str]]):
+        self.failures = tuple(failures)
+        parts = [f"{job}: {error}: {cause}" for job, error, cause in self.failures]
+        super().__init__(f"{len(self.failures)} job(s) failed: " + " | ".join(parts))
+
+
+#: Names the state machine matches on; tests check the ASL against this list.
+ASL_ERROR_NAMES = frozenset(
+    cls.__name__
+    for cls in (
+        RequestInvalid,
+        GuardrailExceeded,
+        CapacityUnavailable,
+        LaunchFailed,
+        AgentNotReady,
+        InstanceLost,
+        SpotInterrupted,
+        BuildFailed,
+        BuildCommandFailed,
+        ManifestInvalid,
+        JobsFailed,
+    )
+)

@@ -1,0 +1,160 @@
+"""Jobs: one instance building one (framework version, target) for all its Python versions.
+
+``Job.to_dict()`` is the job contract: Validate writes it to S3 as ``job.json`` and the
+on-instance runner (buildspecs/wfbuild) reads it. Its ``schema`` number changes when a
+field's meaning does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from wheelfoundry.model import Options, Request
+
+JOB_SCHEMA = 1
+VersionScheme = Literal["fixed", "nightly", "git"]
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """Where the stack's resources are; the CLI plans with placeholders."""
+
+    bucket: str = "<wheel-bucket>"
+    region: str = "us-east-1"
+    ecr_repository: str = "<builder-repository>"
+
+
+@dataclass(frozen=True)
+class PackagePin:
+    """One package of a job, with exactly what to check out and how to version it."""
+
+    name: str
+    version: str  # exact release, or the moving ref / commit it was built from
+    repo: str
+    ref: str
+    version_scheme: VersionScheme
+    build_version: str | None  # PYTORCH_BUILD_VERSION / BUILD_VERSION when fixed
+    python: tuple[str, ...]  # the job's Python versions this package supports
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    recipe: str  # buildspecs/images/<recipe>.Dockerfile
+    base: str
+    build_args: Mapping[str, str]
+    manylinux: str  # auditwheel --plat
+
+
+@dataclass(frozen=True)
+class InstanceChoice:
+    type: str
+    arch: str
+    vcpus: int
+    memory_gib: float
+    usd_per_hour: float
+    spot: bool
+
+
+@dataclass(frozen=True)
+class Estimate:
+    hours: float
+    usd: float
+
+
+@dataclass(frozen=True)
+class SmokeSpec:
+    """What the smoke test checks beyond import and a tensor op."""
+
+    mpi: bool
+    mkldnn: bool
+    cuda_built: bool
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    name: str
+    source_s3: str | None
+    source_git: str | None
+    source_ref: str | None
+    subdirectory: str | None
+    torch_version: str
+    torch_index_url: str | None  # None: the build host's pip configuration
+    local_label: str | None  # "pt213cpu" appended as +<label>
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: Literal["pytorch", "extension"]
+    target: str  # cpu-x86_64, cuda12.4-x86_64, cpu-aarch64
+    platform: str
+    accelerator: str
+    cuda: str | None
+    arch_list: str | None
+    variant: str  # cpu, cu124
+    python: tuple[str, ...]
+    packages: tuple[PackagePin, ...]
+    image: ImageSpec
+    instance: InstanceChoice
+    env: Mapping[str, str]
+    requirements: tuple[str, ...]  # slim CUDA wheels: pinned nvidia-* dependencies of torch
+    smoke: SmokeSpec
+    options: Options
+    estimate: Estimate
+    extension: ExtensionSpec | None = None
+
+    @property
+    def max_seconds(self) -> int:
+        return int(self.options.max_hours * 3600)
+
+    def wheel_ids(self) -> tuple[str, ...]:
+        """``torch2.5.1-cp312-cuda12.4-x86_64``: one per package and Python version."""
+        return tuple(
+            f"{pin.name}{pin.version[:12]}-cp{py.replace('.', '')}-{self.target}"
+            for pin in self.packages
+            for py in pin.python
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = _plain(dataclasses.asdict(self))
+        data["schema"] = JOB_SCHEMA
+        data["wheel_ids"] = list(self.wheel_ids())
+        data["max_seconds"] = self.max_seconds
+        return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Plan:
+    request: Request
+    jobs: tuple[Job, ...]
+    notes: tuple[str, ...]
+    channel: str
+
+    @property
+    def hours(self) -> float:
+        return round(sum(j.estimate.hours for j in self.jobs), 2)
+
+    @property
+    def usd(self) -> float:
+        return round(sum(j.estimate.usd for j in self.jobs), 2)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "channel": self.channel,
+            "jobs": [j.id for j in self.jobs],
+            "estimated_instance_hours": self.hours,
+            "estimated_usd": self.usd,
+            "notes": list(self.notes),
+        }

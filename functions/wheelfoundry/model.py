@@ -1,0 +1,82 @@
+"""Typed, frozen forms of a validated build request.
+
+These mirror ``data/request.schema.json`` field for field (tests/test_schema_model.py proves it):
+the schema says what may be written, these say what the code works with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Platform = Literal["x86_64", "aarch64"]
+Accelerator = Literal["cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    platform: Platform = "x86_64"
+    accelerator: Accelerator = "cpu"
+    cuda: str | None = None
+    arch_list: str | None = None
+    mkldnn: bool = True
+    acl: bool | None = None  # aarch64 only; follows mkldnn when unset
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    name: str
+    ref: str | None = None  # git ref overriding the catalog's pairing
+    version: str | None = None  # exact version overriding the catalog's pairing
+
+
+@dataclass(frozen=True)
+class Options:
+    mpi: bool = True
+    spot: bool = True
+    keep_on_failure: bool = False
+    max_hours: float = 8.0
+    executor: Literal["ec2", "codebuild"] = "ec2"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """``framework: pytorch``: torch and its domain libraries."""
+
+    version: str
+    python: tuple[str, ...]
+    targets: tuple[TargetSpec, ...]
+    packages: tuple[PackageSpec, ...] | None  # None: the catalog's pairing for the version
+    options: Options
+    channel: str
+    framework: Literal["pytorch"] = "pytorch"
+
+
+@dataclass(frozen=True)
+class ExtensionSource:
+    s3: str | None = None
+    git: str | None = None
+    ref: str | None = None
+    subdirectory: str | None = None
+
+
+@dataclass(frozen=True)
+class ExtensionRequest:
+    """``framework: extension``: a user's torch C++/CUDA extension across torch x CUDA x Python."""
+
+    name: str
+    source: ExtensionSource
+    torch: tuple[str, ...]
+    cuda: tuple[str, ...]
+    python: tuple[str, ...]
+    platforms: tuple[Platform, ...]
+    arch_list: str | None
+    torch_index: Literal["pytorch", "pip"]
+    local_version: bool
+    options: Options
+    channel: str
+    framework: Literal["extension"] = "extension"
+
+
+Request = BuildRequest | ExtensionRequest

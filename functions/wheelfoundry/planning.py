@@ -1,0 +1,174 @@
+"""Expand a validated request into jobs, with instances, environment contract and estimates."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from packaging.version import Version
+
+from wheelfoundry import buildenv
+from wheelfoundry.catalog import Catalog
+from wheelfoundry.config import FarmConfig
+from wheelfoundry.errors import GuardrailExceeded, Issue
+from wheelfoundry.extensions import plan_extension
+from wheelfoundry.jobs import Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
+from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Request, TargetSpec
+from wheelfoundry.resolve import Resolved, python_for, resolve_version
+from wheelfoundry.semantics import default_packages
+from wheelfoundry.sizing import choose_instance, estimate, max_jobs
+from wheelfoundry.targets import target_id, variant
+
+
+def _pin(
+    name: str,
+    spec: PackageSpec,
+    resolved: Resolved,
+    catalog: Catalog,
+    label: str,
+    pythons: tuple[str, ...],
+    today: date,
+    accelerator: str,
+) -> PackagePin:
+    library = catalog.libraries[name]
+    env = buildenv.library_env(name, accelerator)
+    if spec.ref or spec.version:  # explicit: the user names the ref (and maybe the version)
+        version = spec.version or spec.ref or ""
+        ref = spec.ref or library.tag_for(version)
+        scheme: VersionScheme = "fixed" if spec.version else "git"
+        build_version = f"{Version(spec.version)}+{label}" if spec.version else None
+        return PackagePin(name, version, library.repo, ref, scheme, build_version, pythons, env)
+    if name == "torch" and resolved.kind in ("commit", "ref"):
+        return PackagePin(name, resolved.spec, library.repo, resolved.spec, "git", None, pythons, env)
+    if resolved.kind in ("nightly", "main"):
+        moving: VersionScheme = "nightly" if resolved.kind == "nightly" else "git"
+        env = {**env, "WF_BUILD_DATE": today.strftime("%Y%m%d")}
+        return PackagePin(name, resolved.spec, library.repo, resolved.spec, moving, None, pythons, env)
+    exact = resolved.torch_version if name == "torch" else resolved.paired[name]
+    assert exact is not None, "resolve_version pairs every release package"
+    return PackagePin(
+        name, exact, library.repo, library.tag_for(exact), "fixed", f"{Version(exact)}+{label}", pythons, env
+    )
+
+
+def _packages(
+    request: BuildRequest, resolved: Resolved, catalog: Catalog, label: str, today: date, accelerator: str
+) -> tuple[tuple[PackagePin, ...], list[str]]:
+    specs = request.packages or tuple(PackageSpec(n) for n in default_packages(request.version, catalog))
+    pins, notes = [], []
+    for spec in specs:
+        supported = python_for(resolved, spec.name) if spec.name != "torch" else resolved.python
+        pythons = (
+            tuple(p for p in request.python if p in supported) if not (spec.ref or spec.version) else request.python
+        )
+        if not pythons:
+            notes.append(f"{spec.name}: left out, it supports none of Python {', '.join(request.python)}")
+            continue
+        skipped = [p for p in request.python if p not in pythons]
+        if skipped:
+            notes.append(f"{spec.name}: built for Python {', '.join(pythons)} only (not {', '.join(skipped)})")
+        pins.append(_pin(spec.name, spec, resolved, catalog, label, pythons, today, accelerator))
+    pins.sort(key=lambda p: p.name != "torch")  # torch first: the libraries build against it
+    return tuple(pins), notes
+
+
+def _hours(target: TargetSpec, pins: tuple[PackagePin, ...], config: FarmConfig) -> float:
+    est = config.estimates
+    kind = "aarch64" if target.platform == "aarch64" else target.accelerator
+    torch_pythons = len(pins[0].python) if pins and pins[0].name == "torch" else 0
+    hours = est["setup"] + (est["torch_first"][kind] if torch_pythons else 0.0)
+    hours += max(0, torch_pythons - 1) * est["torch_each_more_python"][kind]
+    hours += sum(len(p.python) for p in pins if p.name != "torch") * est["domain_library_per_python"][kind]
+    return float(hours)
+
+
+def _pytorch_job(
+    request: BuildRequest,
+    target: TargetSpec,
+    resolved: Resolved,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    today: date,
+) -> tuple[Job, list[str]]:
+    tid = target_id({"platform": target.platform, "accelerator": target.accelerator, "cuda": target.cuda})
+    label = variant(target.accelerator, target.cuda)
+    pins, notes = _packages(request, resolved, catalog, label, today, target.accelerator)
+    kind = f"{target.platform}-{target.accelerator}"
+    instance = choose_instance(kind, target.instance_type, request.options.spot, config)
+    toolkit = catalog.cuda[target.cuda] if target.cuda else None
+    arch_list = (target.arch_list or toolkit.default_arch_list) if toolkit else None
+    jobs = max_jobs(instance, target.accelerator, config)
+    env = buildenv.torch_env(target, resolved, request.options, arch_list, jobs, context, tid)
+    requirements = toolkit.requirements if toolkit else ()
+    if requirements:
+        env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)
+    job = Job(
+        id=f"torch{resolved.label()}-{tid}",
+        kind="pytorch",
+        target=tid,
+        platform=target.platform,
+        accelerator=target.accelerator,
+        cuda=target.cuda,
+        arch_list=arch_list,
+        variant=label,
+        python=request.python,
+        packages=pins,
+        image=buildenv.image_for(target.platform, target.cuda, catalog, config),
+        instance=instance,
+        env=env,
+        requirements=requirements,
+        smoke=SmokeSpec(mpi=request.options.mpi, mkldnn=target.mkldnn, cuda_built=target.accelerator == "cuda"),
+        options=request.options,
+        estimate=estimate(_hours(target, pins, config), instance, config),
+    )
+    return job, [f"{job.id}: {n}" for n in notes]
+
+
+def guardrail_issues(jobs: tuple[Job, ...], config: FarmConfig) -> list[Issue]:
+    rails = config.guardrails
+    issues = []
+    if len(jobs) > rails.max_jobs:
+        issues.append(
+            Issue(
+                "targets",
+                f"{len(jobs)} jobs exceed this stack's limit of {rails.max_jobs} per request",
+                len(jobs),
+                (f"<= {rails.max_jobs} jobs",),
+            )
+        )
+    hours = round(sum(j.estimate.hours for j in jobs), 2)
+    if hours > rails.max_instance_hours:
+        issues.append(
+            Issue(
+                "targets",
+                f"an estimated {hours} instance-hours exceed this stack's limit of {rails.max_instance_hours}",
+                hours,
+                (f"<= {rails.max_instance_hours} instance-hours",),
+            )
+        )
+    return issues
+
+
+def plan_request(
+    request: Request,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext | None = None,
+    today: date | None = None,
+) -> Plan:
+    """The jobs a request runs, or GuardrailExceeded before anything is launched."""
+    context = context or StackContext()
+    today = today or date.today()
+    if isinstance(request, ExtensionRequest):
+        jobs, notes = plan_extension(request, catalog, config, context)
+        channel = request.channel
+    else:
+        resolved = resolve_version(request.version, catalog)
+        built = [_pytorch_job(request, t, resolved, catalog, config, context, today) for t in request.targets]
+        jobs = tuple(job for job, _ in built)
+        notes = [note for _, job_notes in built for note in job_notes]
+        channel = request.channel
+    issues = guardrail_issues(jobs, config)
+    if issues:
+        raise GuardrailExceeded(issues)
+    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel)

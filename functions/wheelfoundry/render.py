@@ -1,0 +1,72 @@
+"""Human-readable plan output for the CLI."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from wheelfoundry.jobs import Job, Plan
+
+HEADERS = ("JOB", "TARGET", "INSTANCE", "PACKAGES", "PYTHON", "HOURS", "USD")
+
+
+def _cells(job: Job) -> tuple[list[str], ...]:
+    market = "spot" if job.instance.spot else "on-demand"
+    packages = [f"{p.name} {p.version}" for p in job.packages]
+    target = job.target + (f" [{job.arch_list}]" if job.arch_list else "")
+    return (
+        [job.id],
+        [target],
+        [job.instance.type, market],
+        packages,
+        [" ".join(job.python)],
+        [f"{job.estimate.hours:.2f}"],
+        [f"{job.estimate.usd:.2f}"],
+    )
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[list[str]]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], *(len(line) for line in cell))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        height = max(len(cell) for cell in row)
+        for n in range(height):
+            parts = [(cell[n] if n < len(cell) else "").ljust(w) for cell, w in zip(row, widths, strict=True)]
+            lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def render_plan(plan: Plan) -> str:
+    out = [table(HEADERS, [_cells(job) for job in plan.jobs])]
+    out.append(
+        f"\n{len(plan.jobs)} job(s) -> channel '{plan.channel}'; estimated {plan.hours:.2f} instance-hours, "
+        f"${plan.usd:.2f} (spot estimates use the config's spot_factor)"
+    )
+    out += [f"note: {note}" for note in plan.notes]
+    return "\n".join(out)
+
+
+def render_dry_run(plan: Plan) -> str:
+    from wfbuild.stages import render_stages  # the on-instance package ships beside the CLI
+
+    out = [render_plan(plan)]
+    for job in plan.jobs:
+        contract = job.to_dict()
+        out.append(f"\n=== {job.id}")
+        out.append(f"image: {job.image.recipe} (FROM {job.image.base}; repaired to {job.image.manylinux})")
+        for key, value in sorted(job.image.build_args.items()):
+            out.append(f"  build-arg {key}={value}")
+        if job.requirements:
+            out.append("slim CUDA requirements (Requires-Dist of torch):")
+            out += [f"  {req}" for req in job.requirements]
+        out.append("environment:")
+        out += [f"  {key}={shlex.quote(value)}" for key, value in sorted(job.env.items())]
+        out.append("stages:")
+        for number, stage in enumerate(render_stages(contract), start=1):
+            extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(stage.env.items()))
+            out.append(f"  {number:>2}. [{stage.name}] {extra} {shlex.join(stage.argv)}".rstrip())
+    return "\n".join(out)

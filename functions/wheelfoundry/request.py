@@ -1,0 +1,192 @@
+"""Parse a raw build request into typed form, reporting every problem at once.
+
+Order: preset expansion -> JSON Schema (shape, patterns, unknown keys) -> defaults from the
+schema -> catalog checks (meaning). Catalog checks skip fields that already failed the schema,
+so each mistake is reported once, and all of them in one error.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from collections.abc import Iterator, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import ValidationError, best_match
+
+from wheelfoundry import semantics
+from wheelfoundry.catalog import Catalog, load_catalog
+from wheelfoundry.config import FarmConfig, load_config
+from wheelfoundry.errors import Issue, RequestInvalid
+from wheelfoundry.model import (
+    BuildRequest,
+    ExtensionRequest,
+    ExtensionSource,
+    Options,
+    PackageSpec,
+    Request,
+    TargetSpec,
+)
+from wheelfoundry.presets import expand_preset
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    text = resources.files("wheelfoundry").joinpath("data/request.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def format_path(parts: Iterator[Any] | list[Any] | tuple[Any, ...]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _issue_from(error: ValidationError) -> Issue:
+    """Turn one jsonschema error into an Issue a person can act on."""
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        deeper = best_match(error.context)
+        if deeper.validator not in ("required",):
+            error = deeper
+    path = format_path(list(error.absolute_path))
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    value = error.instance
+    kind = error.validator
+    if kind == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extras = sorted(set(value) - set(allowed)) if isinstance(value, Mapping) else []
+        key = extras[0] if extras else "?"
+        hint = difflib.get_close_matches(key, allowed, n=1)
+        where = f"{path}.{key}" if path else key
+        message = f"unknown field {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+        return Issue(where, message, key, tuple(allowed))
+    if kind == "enum":
+        return Issue(path, f"{_short(value)} is not allowed", value, tuple(str(v) for v in error.validator_value))
+    if kind == "const":
+        return Issue(path, f"{_short(value)} is not allowed", value, (str(error.validator_value),))
+    if kind in ("pattern", "not"):
+        hint = schema.get("x-hint") or error.message
+        return Issue(path, f"{_short(value)} is not a valid value: expected {hint}", value)
+    if kind == "type":
+        return Issue(path, f"{_short(value)} has the wrong type: expected {error.validator_value}", value)
+    if kind == "oneOf" and path.endswith("source"):
+        return Issue(path, "give exactly one of 's3' or 'git'", value, ("s3", "git"))
+    return Issue(path, error.message, value)
+
+
+def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "$ref" not in schema:
+        return schema
+    target: Any = root
+    for part in schema["$ref"].removeprefix("#/").split("/"):
+        target = target[part]
+    return _deref({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, root)
+
+
+def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> Any:
+    """Apply the schema's ``default`` keywords (jsonschema validates, it does not fill)."""
+    schema = _deref(schema, root)
+    if isinstance(instance, dict):
+        for key, sub in schema.get("properties", {}).items():
+            sub = _deref(sub, root)
+            if key not in instance and "default" in sub:
+                instance[key] = copy.deepcopy(sub["default"])
+            if key in instance:
+                instance[key] = _fill_defaults(instance[key], sub, root)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), Mapping):
+        return [_fill_defaults(item, schema["items"], root) for item in instance]
+    return instance
+
+
+def shape_issues(raw: Any) -> list[Issue]:
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+    return [_issue_from(e) for e in errors]
+
+
+def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig | None = None) -> Request:
+    """Validate ``raw`` and return the typed request, or raise RequestInvalid with every issue."""
+    catalog = catalog or load_catalog()
+    config = config or load_config()
+    if not isinstance(raw, Mapping):
+        raise RequestInvalid([Issue("", f"the request must be a JSON object, not {type(raw).__name__}", raw)])
+    raw, preset_issues = expand_preset(dict(raw))
+    issues = preset_issues + shape_issues(raw)
+    filled = copy.deepcopy(raw)
+    schema = load_schema()
+    branch = "extension" if filled.get("framework") == "extension" else "pytorch"
+    filled = _fill_defaults(filled, schema["$defs"][branch], schema)
+    bad_paths = {issue.path for issue in issues}
+    issues += semantics.check(filled, catalog, config, skip=bad_paths)
+    if issues:
+        unique = {(i.path, i.message): i for i in issues}  # one mistake can trip two schema keywords
+        raise RequestInvalid(unique.values())
+    return _build(filled, catalog)
+
+
+def _options(data: Mapping[str, Any]) -> Options:
+    return Options(
+        mpi=data["mpi"],
+        spot=data["spot"],
+        keep_on_failure=data["keep_on_failure"],
+        max_hours=float(data["max_hours"]),
+        executor=data["executor"],
+    )
+
+
+def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
+    if data.get("framework") == "extension":
+        src = data["source"]
+        return ExtensionRequest(
+            name=data["name"],
+            source=ExtensionSource(
+                s3=src.get("s3"), git=src.get("git"), ref=src.get("ref"), subdirectory=src.get("subdirectory")
+            ),
+            torch=tuple(data["torch"]),
+            cuda=tuple(data["cuda"]),
+            python=tuple(data.get("python") or semantics.default_extension_python(data, catalog)),
+            platforms=tuple(data["platforms"]),
+            arch_list=data.get("arch_list"),
+            torch_index=data["torch_index"],
+            local_version=data["local_version"],
+            options=_options(data["options"]),
+            channel=data.get("channel") or "extensions",
+        )
+    version = data.get("version") or catalog.newest_release().latest_patch()
+    targets = tuple(
+        TargetSpec(
+            platform=t["platform"],
+            accelerator=t["accelerator"],
+            cuda=t.get("cuda"),
+            arch_list=t.get("arch_list"),
+            mkldnn=t["mkldnn"],
+            acl=t.get("acl"),
+            instance_type=t.get("instance_type"),
+        )
+        for t in data["targets"]
+    )
+    packages = None  # None: torch and every paired library that supports one of the Pythons
+    if data.get("packages"):
+        packages = tuple(
+            PackageSpec(name=p) if isinstance(p, str) else PackageSpec(p["name"], p.get("ref"), p.get("version"))
+            for p in data["packages"]
+        )
+    return BuildRequest(
+        version=version,
+        python=tuple(data.get("python") or semantics.supported_python(version, catalog)),
+        targets=targets,
+        packages=packages,
+        options=_options(data["options"]),
+        channel=data.get("channel") or semantics.default_channel(version),
+    )

@@ -1,0 +1,190 @@
+"""Catalog checks on a request whose shape may still be wrong in places.
+
+Every function here tolerates any JSON value: a field of the wrong type is skipped (the
+schema already reported it), so property-based tests can throw anything at ``check``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.version import Version
+
+from wheelfoundry.catalog import ALL_PACKAGES, Catalog, classify
+from wheelfoundry.config import FarmConfig
+from wheelfoundry.errors import Issue
+from wheelfoundry.resolve import Resolved, Unresolvable, python_for, resolve_version
+from wheelfoundry.targets import check_arch_list, check_target, target_id
+
+CHANNEL_BY_KIND = {"release": "release", "rc": "test", "nightly": "nightly"}
+
+
+def default_channel(version: str) -> str:
+    return CHANNEL_BY_KIND.get(classify(version) or "", "dev")
+
+
+def supported_python(version: str, catalog: Catalog) -> tuple[str, ...]:
+    return resolve_version(version, catalog).python
+
+
+def default_packages(version: str, catalog: Catalog) -> list[str]:
+    resolved = resolve_version(version, catalog)
+    if resolved.is_pinned:
+        return ["torch"]
+    return ["torch", *resolved.paired]
+
+
+def default_extension_python(data: Mapping[str, Any], catalog: Catalog) -> list[str]:
+    """Pythons every requested torch release supports (their intersection)."""
+    common: set[str] | None = None
+    for spec in data.get("torch") or ():
+        versions = set(resolve_version(spec, catalog).python)
+        common = versions if common is None else common & versions
+    return sorted(common or (), key=Version)
+
+
+def _strs(value: Any) -> list[tuple[int, str]]:
+    return [(i, v) for i, v in enumerate(value)] if isinstance(value, list) else []
+
+
+def _check_python(path: str, values: Any, allowed: tuple[str, ...], what: str, skip: set[str]) -> list[Issue]:
+    issues = []
+    for i, py in _strs(values):
+        where = f"{path}[{i}]"
+        if isinstance(py, str) and where not in skip and py not in allowed:
+            issues.append(Issue(where, f"Python {py} is not supported by {what}", py, allowed))
+    return issues
+
+
+def _package_names(packages: Any) -> list[tuple[int, str, Mapping[str, Any]]]:
+    out: list[tuple[int, str, Mapping[str, Any]]] = []
+    for i, pkg in _strs(packages):
+        if isinstance(pkg, str):
+            out.append((i, pkg, {}))
+        elif isinstance(pkg, Mapping) and isinstance(pkg.get("name"), str):
+            out.append((i, pkg["name"], pkg))
+    return out
+
+
+def _check_packages(data: Mapping[str, Any], resolved: Resolved, catalog: Catalog, skip: set[str]) -> list[Issue]:
+    issues: list[Issue] = []
+    seen: set[str] = set()
+    entries = _package_names(data.get("packages"))
+    for i, name, spec in entries:
+        where = f"packages[{i}]"
+        if where in skip or name not in ALL_PACKAGES:
+            continue
+        if name in seen:
+            issues.append(Issue(where, f"{name} is listed twice", name))
+        seen.add(name)
+        explicit = bool(spec.get("ref") or spec.get("version"))
+        if name == "torch" or explicit:
+            continue
+        if resolved.is_pinned:
+            issues.append(
+                Issue(
+                    where,
+                    f"{name} needs an explicit ref when torch is a {resolved.kind} ({resolved.spec}): "
+                    "the catalog cannot pair a domain library with an arbitrary commit or tag",
+                    name,
+                    ('{"name": "' + name + '", "ref": "<tag or commit>"}', "torch alone"),
+                )
+            )
+        elif name not in resolved.paired:
+            library = catalog.libraries[name]
+            why = f"; {library.note}" if library.note else ""
+            issues.append(
+                Issue(
+                    where, f"{name} has no release paired with torch {resolved.spec}{why}", name, tuple(resolved.paired)
+                )
+            )
+        elif "python" not in skip and isinstance(data.get("python"), list):
+            # A library is built for the Pythons it supports; the plan lists them. None at all is an error.
+            supported = python_for(resolved, name)
+            if not set(data["python"]) & set(supported):
+                issues.append(
+                    Issue(
+                        where,
+                        f"{name} {resolved.paired[name]} supports none of the requested Python versions",
+                        name,
+                        supported,
+                    )
+                )
+    if entries and "torch" not in {name for _, name, _ in entries} and "packages" not in skip:
+        issues.append(Issue("packages", "torch must be built too: domain libraries are built against it", None))
+    return issues
+
+
+def _check_pytorch(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig, skip: set[str]) -> list[Issue]:
+    issues: list[Issue] = []
+    version = data.get("version") or catalog.newest_release().latest_patch()
+    if not isinstance(version, str) or "version" in skip:
+        return issues
+    try:
+        resolved = resolve_version(version, catalog)
+    except Unresolvable as exc:
+        return [Issue("version", f"{version!r}: {exc}", version, exc.allowed)]
+    issues += _check_python("python", data.get("python"), resolved.python, f"torch {resolved.spec}", skip)
+    issues += _check_packages(data, resolved, catalog, skip)
+    seen: dict[str, int] = {}
+    for i, target in _strs(data.get("targets")):
+        where = f"targets[{i}]"
+        if not isinstance(target, Mapping) or where in skip:
+            continue
+        found = check_target(where, target, resolved, catalog, config, skip)
+        issues += found
+        if not found:
+            tid = target_id(target)
+            if tid in seen:
+                issues.append(Issue(where, f"duplicates targets[{seen[tid]}] ({tid})", tid))
+            seen.setdefault(tid, i)
+    issues += _check_options(data.get("options"), skip)
+    return issues
+
+
+def _check_options(options: Any, skip: set[str]) -> list[Issue]:
+    if not isinstance(options, Mapping) or "options.max_hours" in skip:
+        return []
+    hours = options.get("max_hours")
+    if options.get("executor") == "codebuild" and isinstance(hours, int | float) and hours > 8:
+        return [Issue("options.max_hours", f"{hours} exceeds CodeBuild's 8-hour build limit", hours, ("<= 8",))]
+    return []
+
+
+def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
+    issues: list[Issue] = []
+    resolved: list[Resolved] = []
+    for i, spec in _strs(data.get("torch")):
+        where = f"torch[{i}]"
+        if where in skip or not isinstance(spec, str):
+            continue
+        try:
+            resolved.append(resolve_version(spec, catalog))
+        except Unresolvable as exc:
+            issues.append(Issue(where, f"{spec!r}: {exc}", spec, exc.allowed))
+    for r in resolved:
+        issues += _check_python("python", data.get("python"), r.python, f"torch {r.spec}", skip)
+        for i, cuda in _strs(data.get("cuda")):
+            where = f"cuda[{i}]"
+            if cuda != "cpu" and where not in skip and cuda not in r.cuda:
+                issues.append(Issue(where, f"CUDA {cuda} is not available for torch {r.spec}", cuda, ("cpu", *r.cuda)))
+    cudas = [c for _, c in _strs(data.get("cuda")) if c != "cpu"]
+    platforms = [p for _, p in _strs(data.get("platforms"))]
+    if cudas and "aarch64" in platforms:
+        issues.append(Issue("platforms", "CUDA extensions are built for x86_64 only", "aarch64", ("x86_64",)))
+    arch_list = data.get("arch_list")
+    if isinstance(arch_list, str) and "arch_list" not in skip:
+        for cuda in cudas:
+            if cuda in catalog.cuda:
+                issues += check_arch_list("arch_list", arch_list, catalog.cuda[cuda])
+    if isinstance(arch_list, str) and not cudas and "arch_list" not in skip:
+        issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
+    return issues + _check_options(data.get("options"), skip)
+
+
+def check(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig, skip: set[str]) -> list[Issue]:
+    """Every catalog-level problem of a (defaults-filled) request."""
+    if data.get("framework") == "extension":
+        return _check_extension(data, catalog, skip)
+    return _check_pytorch(data, catalog, config, skip)

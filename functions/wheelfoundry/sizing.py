@@ -1,0 +1,28 @@
+"""Instance choice, parallel compile jobs and cost estimates."""
+
+from __future__ import annotations
+
+import math
+
+from wheelfoundry.config import FarmConfig
+from wheelfoundry.jobs import Estimate, InstanceChoice
+
+
+def choose_instance(kind: str, override: str | None, spot: bool, config: FarmConfig) -> InstanceChoice:
+    name = override or config.instances[kind]
+    spec = config.instance_types[name]
+    return InstanceChoice(name, spec.arch, spec.vcpus, spec.memory_gib, spec.usd_per_hour, spot)
+
+
+def max_jobs(instance: InstanceChoice, accelerator: str, config: FarmConfig) -> int:
+    """Parallel compile jobs the instance's memory and cores allow (OOM kills are the usual failure)."""
+    per_job = config.gib_per_compile_job["cuda" if accelerator == "cuda" else "cpu"]
+    by_memory = math.floor((instance.memory_gib - config.reserve_gib) / per_job)
+    return max(1, min(instance.vcpus, by_memory, config.max_jobs_cap))
+
+
+def estimate(hours: float, instance: InstanceChoice, config: FarmConfig) -> Estimate:
+    """Hours on the reference 32-vCPU machine, scaled to this instance; spot priced by spot_factor."""
+    scaled = hours * 32 / instance.vcpus
+    rate = instance.usd_per_hour * (config.spot_factor if instance.spot else 1.0)
+    return Estimate(round(scaled, 2), round(scaled * rate, 2))
