@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +19,13 @@ from wheelfoundry.presets import preset_names
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 # WHEELFOUNDRY_<NAME> mirrors a top-level request field; list fields take commas.
-FIELD_VARS = {"FRAMEWORK": "framework", "VERSION": "version", "PYTHON": "python", "CHANNEL": "channel", "PACKAGES": "packages"}
+FIELD_VARS = {
+    "FRAMEWORK": "framework",
+    "VERSION": "version",
+    "PYTHON": "python",
+    "CHANNEL": "channel",
+    "PACKAGES": "packages",
+}
 LIST_FIELDS = {"python", "packages"}
 BOOL_FLAGS = {
     "is_arm64": "IS_ARM64",
@@ -74,7 +79,9 @@ def load_source(source: str | None) -> dict[str, Any]:
         return data
     if source in preset_names():
         return {"preset": source}
-    raise RequestInvalid([Issue("REQUEST", f"{source!r} is neither a request file nor a preset", source, preset_names())])
+    raise RequestInvalid(
+        [Issue("REQUEST", f"{source!r} is neither a request file nor a preset", source, preset_names())]
+    )
 
 
 def build_raw_request(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -83,15 +90,19 @@ def build_raw_request(args: argparse.Namespace, environ: Mapping[str, str]) -> d
     for var, field in FIELD_VARS.items():
         value = environ.get(f"WHEELFOUNDRY_{var}")
         if value is not None:
-            raw[field] = _python_list(value) if field == "python" else (value.split(",") if field in LIST_FIELDS else value)
+            raw[field] = (
+                _python_list(value) if field == "python" else (value.split(",") if field in LIST_FIELDS else value)
+            )
     version = args.pytorch_version or environ.get("PYTORCH_VERSION")
     if version:
         raw["version"] = version
     python = args.python_version or environ.get("PYTHON_VERSION")
     if python:
         raw["python"] = _python_list(python)
-    flags = {key: getattr(args, key) if getattr(args, key) is not None else _env_bool(var, environ, issues)
-             for key, var in BOOL_FLAGS.items()}
+    flags = {
+        key: getattr(args, key) if getattr(args, key) is not None else _env_bool(var, environ, issues)
+        for key, var in BOOL_FLAGS.items()
+    }
     cuda = args.cuda_version or (environ.get("CUDA_VERSION") if flags["enable_cuda"] else None)
     if flags["is_arm64"] or flags["enable_cuda"] or cuda or flags["enable_mkldnn"]:
         target: dict[str, Any] = {"platform": "aarch64" if flags["is_arm64"] else "x86_64"}

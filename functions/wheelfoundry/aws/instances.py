@@ -1,0 +1,139 @@
+"""Launch, wait for and terminate build instances; everything they launch can be found by tags."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from wheelfoundry.aws import tags as T
+from wheelfoundry.errors import AgentNotReady, CapacityUnavailable, InstanceLost, LaunchFailed
+
+# Capacity errors are worth another try (or on-demand); anything else needs a person.
+CAPACITY_ERRORS = {
+    "InsufficientInstanceCapacity",
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
+    "InsufficientCapacity",
+    "RequestLimitExceeded",
+}
+WATCHDOG_MARGIN_MINUTES = 30
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    stack: str
+    launch_templates: dict[str, str]  # platform -> launch template id
+    ami_parameters: dict[str, str]  # platform -> public SSM parameter naming the AMI
+    subnets: tuple[str, ...]
+
+
+def client_token(execution: str, job_id: str, market: str) -> str:
+    """Same execution, job and market -> same token: a retried Launch gets the same instance."""
+    return hashlib.sha256(f"{execution}|{job_id}|{market}".encode()).hexdigest()[:64]
+
+
+def user_data(max_seconds: int) -> str:
+    """The instance guards itself: it powers off (and so terminates) after the job's deadline."""
+    minutes = max_seconds // 60 + WATCHDOG_MARGIN_MINUTES
+    script = (
+        "#!/bin/bash\n"
+        "# WheelFoundry watchdog: InstanceInitiatedShutdownBehavior=terminate turns this into a termination.\n"
+        f"shutdown -h +{minutes} 'WheelFoundry build deadline reached'\n"
+    )
+    return base64.b64encode(script.encode()).decode()
+
+
+def launch(event: dict[str, Any], ec2: Any, ssm: Any, settings: LaunchSettings, now: datetime) -> dict[str, Any]:
+    job, run, execution = event["job"], event["run"], event["execution"]
+    market = "spot" if job["spot"] else "ondemand"
+    identity = {T.STACK: settings.stack, T.EXECUTION: execution, T.JOB: job["id"], T.MARKET: market}
+    existing = T.find_instances(ec2, identity, states=("pending", "running"))
+    if existing:  # a retry after RunInstances succeeded but the Lambda did not return
+        return {"instance_id": existing[0]["InstanceId"], "market": market, "reused": True}
+    platform = job["platform"]
+    image = ssm.get_parameter(Name=settings.ami_parameters[platform])["Parameter"]["Value"]
+    expires = now + timedelta(seconds=job["max_seconds"], minutes=WATCHDOG_MARGIN_MINUTES)
+    tags = {
+        **identity,
+        T.RUN: run["id"],
+        T.EXPIRES_AT: expires.isoformat(timespec="seconds"),
+        "Name": f"wheelfoundry-{job['id']}"[:255],
+    }
+    params: dict[str, Any] = {
+        "LaunchTemplate": {"LaunchTemplateId": settings.launch_templates[platform], "Version": "$Latest"},
+        "ImageId": image,
+        "InstanceType": job["instance_type"],
+        "MinCount": 1,
+        "MaxCount": 1,
+        "ClientToken": client_token(execution, job["id"], market),
+        "UserData": user_data(job["max_seconds"]),
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": T.tag_list(tags)},
+            {"ResourceType": "volume", "Tags": T.tag_list(tags)},
+        ],
+    }
+    if job["spot"]:
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    if settings.subnets:
+        index = int(hashlib.sha256(job["id"].encode()).hexdigest(), 16) % len(settings.subnets)
+        params["SubnetId"] = settings.subnets[index]
+    try:
+        response = ec2.run_instances(**params)
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in CAPACITY_ERRORS:
+            raise CapacityUnavailable(f"{job['instance_type']} ({market}): {code}") from exc
+        raise LaunchFailed(f"RunInstances for {job['id']} failed: {code}: {exc}") from exc
+    instance = response["Instances"][0]
+    return {"instance_id": instance["InstanceId"], "market": market, "image_id": image, "reused": False}
+
+
+def await_agent(instance_id: str, ec2: Any, ssm: Any) -> dict[str, Any]:
+    """Raise AgentNotReady until SSM can reach the instance (the ASL retries with backoff)."""
+    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    instance = reservations[0]["Instances"][0] if reservations else {}
+    state = instance.get("State", {}).get("Name", "missing")
+    if state not in ("pending", "running"):
+        reason = instance.get("StateReason", {}).get("Message", "")
+        raise InstanceLost(f"{instance_id} is {state} before its build started {reason}".strip())
+    found = ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [instance_id]}])
+    info = found.get("InstanceInformationList", [])
+    if not info or info[0].get("PingStatus") != "Online":
+        raise AgentNotReady(f"the SSM agent on {instance_id} ({state}) has not registered yet")
+    return {"instance_id": instance_id, "ping": info[0]["PingStatus"]}
+
+
+def job_instances(ec2: Any, stack: str, execution: str, job_id: str) -> list[str]:
+    found = T.find_instances(ec2, {T.STACK: stack, T.EXECUTION: execution, T.JOB: job_id})
+    return [i["InstanceId"] for i in found]
+
+
+def terminate(ec2: Any, instance_ids: list[str]) -> list[str]:
+    if instance_ids:
+        ec2.terminate_instances(InstanceIds=instance_ids)
+    return instance_ids
+
+
+def reap(event: dict[str, Any], ec2: Any, stack: str, now: datetime) -> dict[str, Any]:
+    """Layer 2 (execution failed, timed out, aborted) and layer 3 (deadline passed) of always-terminate."""
+    detail = event.get("detail") or {}
+    if event.get("source") == "aws.states":
+        status = detail.get("status", "")
+        found = T.find_instances(ec2, {T.STACK: stack, T.EXECUTION: detail.get("executionArn", "")})
+        # keep_on_failure instances survive the failure they were kept to debug, never an abort.
+        chosen = [i for i in found if not (status == "FAILED" and T.tags_of(i).get(T.KEPT) == "true")]
+        reason = f"execution {status}"
+    else:
+        found = T.find_instances(ec2, {T.STACK: stack})
+        chosen = [i for i in found if T.expired(i, now)]
+        reason = "deadline passed"
+    ids = terminate(ec2, [i["InstanceId"] for i in chosen])
+    return {"terminated": ids, "reason": reason, "seen": len(found)}

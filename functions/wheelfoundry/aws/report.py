@@ -1,0 +1,36 @@
+"""Report: the run's outcome in S3, and a JobsFailed error naming each failed job and why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wheelfoundry.errors import JobsFailed
+
+
+def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
+    run = event["run"]
+    results = event.get("results") or []
+    publish = event.get("publish") or {}
+    failures = [
+        (r.get("job_id", "?"), r.get("error") or "Failed", r.get("cause") or "")
+        for r in results
+        if r.get("status") != "succeeded"
+    ]
+    if publish.get("Error"):
+        failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
+    body = {
+        "run_id": run["id"],
+        "channel": run["channel"],
+        "index_prefix": f"simple/{run['channel']}/",
+        "jobs": results,
+        "index": publish,
+        "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
+        "status": "failed" if failures else "succeeded",
+    }
+    s3.put_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/report.json", Body=json.dumps(body, indent=2))
+    if failures:
+        raise JobsFailed(failures)
+    return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status")} | {
+        "published": sum(r.get("published", 0) for r in results)
+    }

@@ -1,0 +1,94 @@
+"""Validate: turn a request into stored job contracts and the small list the Map iterates."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.errors import LaunchFailed
+from wheelfoundry.jobs import Job, StackContext
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+
+# Past the job's own limit the SSM command times out first; this margin lets its event arrive.
+BUILD_TIMEOUT_MARGIN_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class ValidateSettings:
+    bucket: str
+    region: str
+    ecr_repository: str
+    max_jobs: int
+    max_instance_hours: float
+    heartbeat_seconds: int
+
+
+def job_summary(job: Job, prefix: str) -> dict[str, Any]:
+    """What a Map iteration carries: small, so a large matrix stays far below the 256 KiB state limit."""
+    return {
+        "id": job.id,
+        "prefix": prefix,
+        "job_key": f"{prefix}job.json",
+        "platform": job.platform,
+        "instance_type": job.instance.type,
+        "spot": job.instance.spot,
+        "max_seconds": job.max_seconds,
+        "timeout_seconds": job.max_seconds + BUILD_TIMEOUT_MARGIN_SECONDS,
+        "keep_on_failure": job.options.keep_on_failure,
+    }
+
+
+def current_bundle(s3: Any, bucket: str) -> str:
+    try:
+        body = s3.get_object(Bucket=bucket, Key="bundles/current.json")["Body"].read()
+        key: str = json.loads(body)["key"]
+    except Exception as exc:
+        raise LaunchFailed(
+            f"s3://{bucket}/bundles/current.json is missing or unreadable: the build bundle was not published "
+            "(the stack's BuildBundle resource publishes it on deploy)"
+        ) from exc
+    return key
+
+
+def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date) -> dict[str, Any]:
+    """Validate and plan before anything is written or launched; then store the contracts."""
+    catalog = load_catalog()
+    config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
+    request = parse_request(event.get("request"), catalog, config)
+    context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
+    plan = plan_request(request, catalog, config, context, today)
+    run_id = event["name"]
+    bundle_key = current_bundle(s3, settings.bucket)
+    run = {
+        "id": run_id,
+        "bucket": settings.bucket,
+        "channel": plan.channel,
+        "region": settings.region,
+        "ecr_repository": settings.ecr_repository,
+        "bundle_key": bundle_key,
+    }
+    prefix = f"runs/{run_id}"
+    put = s3.put_object
+    put(Bucket=settings.bucket, Key=f"{prefix}/request.json", Body=json.dumps(event.get("request"), indent=2))
+    put(Bucket=settings.bucket, Key=f"{prefix}/plan.json", Body=json.dumps(plan.summary(), indent=2))
+    summaries = []
+    for job in plan.jobs:
+        job_prefix = f"{prefix}/jobs/{job.id}/"
+        contract = {"run": {**run, "prefix": job_prefix}, **job.to_dict()}
+        put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
+        summaries.append(job_summary(job, job_prefix))
+    return {
+        "run": run,
+        "execution": event["execution"],
+        "config": {
+            "heartbeat_seconds": settings.heartbeat_seconds,
+            "runner_heartbeat_seconds": max(1, settings.heartbeat_seconds // 3),
+        },
+        "jobs": summaries,
+        "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
+    }

@@ -1,0 +1,27 @@
+"""Launch: start the job's instance (idempotent: a retry returns the instance already started)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from wheelfoundry.aws.instances import LaunchSettings, launch
+from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
+
+
+@entrypoint
+def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
+    settings = LaunchSettings(
+        stack=rt.var("WF_STACK_NAME"),
+        launch_templates={
+            "x86_64": rt.var("WF_LAUNCH_TEMPLATE_X86_64"),
+            "aarch64": rt.var("WF_LAUNCH_TEMPLATE_AARCH64"),
+        },
+        ami_parameters={"x86_64": rt.var("WF_AMI_PARAMETER_X86_64"), "aarch64": rt.var("WF_AMI_PARAMETER_AARCH64")},
+        subnets=tuple(s for s in rt.var("WF_SUBNET_IDS", "").split(",") if s),
+    )
+    result = launch(event, rt.client("ec2"), rt.client("ssm"), settings, datetime.now(UTC))
+    if not result["reused"]:
+        metrics.add_metric(name="InstancesLaunched", unit="Count", value=1)
+    logger.info("launched", extra={"job": event["job"]["id"], **result})
+    return result

@@ -1,0 +1,25 @@
+"""Validate: check the request, plan the jobs, store their contracts. Launches nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from wheelfoundry.aws.runs import ValidateSettings, validate
+from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
+
+
+@entrypoint
+def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
+    settings = ValidateSettings(
+        bucket=rt.var("WF_BUCKET"),
+        region=rt.region,
+        ecr_repository=rt.var("WF_ECR_REPOSITORY", ""),
+        max_jobs=int(rt.var("WF_MAX_JOBS_PER_RUN", "24")),
+        max_instance_hours=float(rt.var("WF_MAX_INSTANCE_HOURS_PER_RUN", "250")),
+        heartbeat_seconds=int(rt.var("WF_BUILD_HEARTBEAT_SECONDS", "900")),
+    )
+    result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
+    metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))
+    logger.info("planned", extra={"run": result["run"]["id"], "jobs": [j["id"] for j in result["jobs"]]})
+    return result

@@ -1,0 +1,99 @@
+"""A PEP 503 simple index with PEP 658 metadata, written into the bucket for one channel.
+
+Layout: ``simple/<channel>/`` lists projects, ``simple/<channel>/<project>/`` lists files that
+live under ``wheels/<channel>/<project>/``. Each page is stored twice, as ``.../index.html`` and
+under the key ending in ``/``, so both a static website and plain GETs of the directory URL work.
+Publishing rewrites pages from what is in the bucket: it is idempotent and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+HTML_TYPE = "text/html; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    sha256: str
+    requires_python: str | None
+    metadata_sha256: str | None
+
+
+def _page(title: str, links: list[str]) -> str:
+    body = "\n".join(links)
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        '<meta name="pypi:repository-version" content="1.1">\n'
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
+        f"{body}\n</body>\n</html>\n"
+    )
+
+
+def render_root(channel: str, projects: list[str]) -> str:
+    links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br/>' for p in sorted(projects)]
+    return _page(f"WheelFoundry index: {channel}", links)
+
+
+def render_project(channel: str, project: str, files: list[IndexFile]) -> str:
+    links = []
+    for f in sorted(files, key=lambda f: f.filename):
+        href = f"../../../wheels/{quote(channel)}/{quote(project)}/{quote(f.filename)}#sha256={f.sha256}"
+        attrs = [f'href="{html.escape(href)}"']
+        if f.requires_python:
+            attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
+        if f.metadata_sha256:
+            # PEP 714 spells it data-core-metadata; older pip reads data-dist-info-metadata.
+            attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+            attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+        links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>")
+    return _page(f"Links for {project}", links)
+
+
+def _list(s3: Any, bucket: str, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(obj["Key"] for obj in page.get("Contents", []))
+    return keys
+
+
+def _put_page(s3: Any, bucket: str, prefix: str, body: str) -> None:
+    for key in (f"{prefix}index.html", prefix):
+        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=HTML_TYPE, CacheControl="max-age=60")
+
+
+def scan(s3: Any, bucket: str, channel: str) -> dict[str, list[IndexFile]]:
+    """Every published wheel of the channel, with what the index needs to know about it."""
+    keys = _list(s3, bucket, f"wheels/{channel}/")
+    present = set(keys)
+    projects: dict[str, list[IndexFile]] = defaultdict(list)
+    for key in keys:
+        filename = key.rsplit("/", 1)[-1]
+        if not filename.endswith(".whl"):
+            continue
+        project = canonicalize_name(parse_wheel_filename(filename)[0])
+        meta = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {})
+        metadata_sha = None
+        if f"{key}.metadata" in present:
+            metadata_sha = s3.head_object(Bucket=bucket, Key=f"{key}.metadata").get("Metadata", {}).get("sha256")
+        projects[project].append(IndexFile(filename, meta.get("sha256", ""), meta.get("requires-python"), metadata_sha))
+    return projects
+
+
+def publish_index(s3: Any, bucket: str, channel: str) -> dict[str, Any]:
+    projects = scan(s3, bucket, channel)
+    for project, files in projects.items():
+        _put_page(s3, bucket, f"simple/{channel}/{project}/", render_project(channel, project, files))
+    _put_page(s3, bucket, f"simple/{channel}/", render_root(channel, list(projects)))
+    return {
+        "channel": channel,
+        "index_prefix": f"simple/{channel}/",
+        "projects": {p: len(f) for p, f in sorted(projects.items())},
+    }
