@@ -58,10 +58,11 @@ def _respond(event: Mapping[str, Any], status: str, data: Mapping[str, str], rea
         "LogicalResourceId": event.get("LogicalResourceId"),
         "Data": dict(data),
     }
-    url = event.get("ResponseURL")
-    if url:
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT", headers={"Content-Type": ""})
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - CloudFormation's presigned URL
+    url = str(event.get("ResponseURL") or "")
+    if url.startswith(("https://", "http://")):  # CloudFormation's presigned URL (http only in the emulator)
+        payload = json.dumps(body).encode()
+        request = urllib.request.Request(url, data=payload, method="PUT", headers={"Content-Type": ""})  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             response.read()
     return body
 
