@@ -56,7 +56,10 @@ def _short(value: object) -> str:
 def _issue_from(error: ValidationError) -> Issue:
     """Turn one jsonschema error into an Issue a person can act on."""
     if error.validator in ("oneOf", "anyOf") and error.context:
-        deeper = best_match(error.context)
+        # Prefer the branch that matched the value's shape: errors inside it sit deeper in the instance.
+        depth = len(error.absolute_path)
+        inner = [e for e in error.context if len(e.absolute_path) > depth] or list(error.context)
+        deeper = best_match(inner)
         if deeper.validator not in ("required",):
             error = deeper
     path = format_path(list(error.absolute_path))
@@ -109,10 +112,23 @@ def _fill_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, 
     return instance
 
 
+def _control_characters(value: Any, path: list[Any]) -> list[Issue]:
+    """Python's ``$`` matches before a final newline, so patterns alone would let "2.5.1\\n" through."""
+    if isinstance(value, str):
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            return [Issue(format_path(path), f"{_short(value)} contains control characters", value)]
+        return []
+    if isinstance(value, Mapping):
+        return [i for k, v in value.items() for i in _control_characters(v, [*path, k])]
+    if isinstance(value, list):
+        return [i for n, v in enumerate(value) for i in _control_characters(v, [*path, n])]
+    return []
+
+
 def shape_issues(raw: Any) -> list[Issue]:
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
-    return [_issue_from(e) for e in errors]
+    return _control_characters(raw, []) + [_issue_from(e) for e in errors]
 
 
 def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig | None = None) -> Request:

@@ -44,8 +44,13 @@ def default_extension_python(data: Mapping[str, Any], catalog: Catalog) -> list[
     return sorted(common or (), key=Version)
 
 
+def _items(value: Any) -> list[tuple[int, Any]]:
+    return list(enumerate(value)) if isinstance(value, list) else []
+
+
 def _strs(value: Any) -> list[tuple[int, str]]:
-    return [(i, v) for i, v in enumerate(value)] if isinstance(value, list) else []
+    """The string items of a list; anything else was already reported by the schema."""
+    return [(i, v) for i, v in _items(value) if isinstance(v, str)]
 
 
 def _check_python(path: str, values: Any, allowed: tuple[str, ...], what: str, skip: set[str]) -> list[Issue]:
@@ -59,7 +64,7 @@ def _check_python(path: str, values: Any, allowed: tuple[str, ...], what: str, s
 
 def _package_names(packages: Any) -> list[tuple[int, str, Mapping[str, Any]]]:
     out: list[tuple[int, str, Mapping[str, Any]]] = []
-    for i, pkg in _strs(packages):
+    for i, pkg in _items(packages):
         if isinstance(pkg, str):
             out.append((i, pkg, {}))
         elif isinstance(pkg, Mapping) and isinstance(pkg.get("name"), str):
@@ -128,7 +133,7 @@ def _check_pytorch(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig
     issues += _check_python("python", data.get("python"), resolved.python, f"torch {resolved.spec}", skip)
     issues += _check_packages(data, resolved, catalog, skip)
     seen: dict[str, int] = {}
-    for i, target in _strs(data.get("targets")):
+    for i, target in _items(data.get("targets")):
         where = f"targets[{i}]"
         if not isinstance(target, Mapping) or where in skip:
             continue

@@ -1,0 +1,99 @@
+"""The `wheelfoundry plan` command: the issue's must-show cases, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from wheelfoundry.cli import main
+
+EXAMPLE = "examples/requests/torch-2.5.1-three-targets.json"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WHEELFOUNDRY_", "PYTORCH_", "PYTHON_VERSION", "CUDA_", "IS_ARM64", "ENABLE_"))
+    }
+    exe = os.path.join(os.path.dirname(sys.executable), "wheelfoundry")
+    return subprocess.run([exe, *args], capture_output=True, text=True, env={**clean, **(env or {})}, check=False)
+
+
+def test_plan_example_prints_one_job_per_target() -> None:
+    result = run("plan", EXAMPLE)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for job in ("torch2.5.1-cpu-x86_64", "torch2.5.1-cuda12.4-x86_64", "torch2.5.1-cpu-aarch64"):
+        assert sum(line.startswith(job) for line in lines) == 1
+    assert result.stdout.count("torchvision 0.20.1") == 3 and result.stdout.count("torchaudio 2.5.1") == 3
+    assert "3 job(s)" in result.stdout
+
+
+def test_torch_only_lists_torch_alone() -> None:
+    result = run("plan", EXAMPLE, "--torch-only")
+    assert result.returncode == 0
+    assert "torchvision" not in result.stdout and "torchaudio" not in result.stdout
+    assert result.stdout.count("torch 2.5.1") == 3
+
+
+def test_three_mistakes_exit_2_naming_each_field() -> None:
+    result = run("plan", "examples/requests/three-mistakes.json")
+    assert result.returncode == 2
+    assert "3 problems" in result.stderr
+    for field in ("pyhton", "python[0]", "targets[0].cuda"):
+        assert f"  - {field}:" in result.stderr
+
+
+def test_builder_variables_without_a_request_file() -> None:
+    result = run("plan", env={"PYTORCH_VERSION": "1.13.1", "PYTHON_VERSION": "3.10"})
+    assert result.returncode == 0, result.stderr
+    assert "torch1.13.1-cpu-x86_64" in result.stdout and "torchvision 0.14.1" in result.stdout
+    assert "3.10" in result.stdout
+
+
+def test_builder_flags_build_one_target(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "--pytorch-version",
+            "2.5.1",
+            "--python-version",
+            "3.11,3.12",
+            "--enable-cuda",
+            "--cuda-version",
+            "12.4",
+            "--keep-on-failure",
+            "--json",
+        ]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    (job,) = data["jobs"]
+    assert job["id"] == "torch2.5.1-cuda12.4-x86_64" and job["options"]["keep_on_failure"] is True
+
+
+def test_arm64_flag_and_python_image_style_version(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IS_ARM64", "1")
+    monkeypatch.setenv("PYTHON_VERSION", "3.11.7")  # as python:3.11 images export it
+    assert main(["plan", "--pytorch-version", "2.5.1", "--json"]) == 0
+    (job,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert job["id"] == "torch2.5.1-cpu-aarch64" and job["python"] == ["3.11"]
+
+
+def test_bad_boolean_variable_and_missing_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_ONLY", "maybe")
+    assert main(["plan"]) == 2
+    monkeypatch.delenv("TORCH_ONLY")
+    assert main(["plan", "no-such-file.json"]) == 2
+
+
+def test_preset_by_name() -> None:
+    result = run("plan", "nightly")
+    assert result.returncode == 0
+    assert "torchnightly-cuda12.6-x86_64" in result.stdout
