@@ -32,7 +32,7 @@ def test_one_job_per_target_with_paired_versions() -> None:
         versions = {p.name: p.version for p in job.packages}
         assert versions == {"torch": "2.5.1", "torchvision": "0.20.1", "torchaudio": "2.5.1"}
         assert job.python == ("3.11", "3.12")
-        assert [p.name for p in job.packages][0] == "torch"
+        assert next(p.name for p in job.packages) == "torch"
 
 
 def test_cuda_job_compiles_on_a_cpu_instance_with_memory_for_nvcc() -> None:

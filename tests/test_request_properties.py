@@ -79,7 +79,7 @@ STRING_SLOTS = [
     (EXT_BASE, ["cuda", 0]),
     (EXT_BASE, ["arch_list"]),
 ]
-METACHARACTERS = list(";|&$`<>(){}[]*?!#~'\"\\\n\t ") + ["$(id)", "`id`", "..", "--upload-pack=x", "%0a"]
+METACHARACTERS = [*list(";|&$`<>(){}[]*?!#~'\"\\\n\t "), "$(id)", "`id`", "..", "--upload-pack=x", "%0a"]
 
 
 def outcome(raw: Any) -> str:
