@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from wheelfoundry.cli import main
 
-EXAMPLE = "examples/requests/torch-2.5.1-three-targets.json"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = str(ROOT / "examples/requests/torch-2.5.1-three-targets.json")
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -20,7 +22,9 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         if not k.startswith(("WHEELFOUNDRY_", "PYTORCH_", "PYTHON_VERSION", "CUDA_", "IS_ARM64", "ENABLE_"))
     }
     exe = os.path.join(os.path.dirname(sys.executable), "wheelfoundry")
-    return subprocess.run([exe, *args], capture_output=True, text=True, env={**clean, **(env or {})}, check=False)
+    return subprocess.run(
+        [exe, *args], capture_output=True, text=True, env={**clean, **(env or {})}, check=False, cwd=ROOT
+    )
 
 
 def test_plan_example_prints_one_job_per_target() -> None:
@@ -41,7 +45,7 @@ def test_torch_only_lists_torch_alone() -> None:
 
 
 def test_three_mistakes_exit_2_naming_each_field() -> None:
-    result = run("plan", "examples/requests/three-mistakes.json")
+    result = run("plan", str(ROOT / "examples/requests/three-mistakes.json"))
     assert result.returncode == 2
     assert "3 problems" in result.stderr
     for field in ("pyhton", "python[0]", "targets[0].cuda"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from wheelfoundry.catalog import load_catalog
@@ -12,9 +13,8 @@ from wheelfoundry.jobs import Job, Plan, StackContext
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
-THREE_TARGETS: dict[str, Any] = json.loads(
-    open("examples/requests/torch-2.5.1-three-targets.json", encoding="utf-8").read()
-)
+ROOT = Path(__file__).resolve().parents[1]
+THREE_TARGETS: dict[str, Any] = json.loads((ROOT / "examples/requests/torch-2.5.1-three-targets.json").read_text())
 
 
 def plan(raw: dict[str, Any], **kw: Any) -> Plan:
