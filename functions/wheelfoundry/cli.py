@@ -34,6 +34,15 @@ def _plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_serve(args: argparse.Namespace) -> int:
+    import boto3
+
+    from wheelfoundry.index_server import serve_forever
+
+    serve_forever(boto3.client("s3", region_name=args.region), args.bucket, args.port)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wheelfoundry", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--dry-run", action="store_true", help="also show each job's image, environment and stages")
     add_builder_flags(plan)
     plan.set_defaults(func=_plan_command)
+    index = sub.add_parser("index", help="the private pip index in the wheel bucket")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    serve = index_sub.add_parser("serve", help="serve the index to pip on 127.0.0.1 (your AWS credentials)")
+    serve.add_argument("--bucket", required=True, help="the stack's WheelBucketName output")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    serve.set_defaults(func=_index_serve)
     try:
         from wheelfoundry_local.cli import add_local_commands
     except ImportError:  # the Lambda bundle and a plain install have no local mode
