@@ -1,0 +1,53 @@
+"""Loaders for the files that ship: tests read these, never copies of them."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "template.yaml"
+ASL = ROOT / "statemachine" / "build.asl.json"
+
+
+@cache
+def template() -> dict[str, Any]:
+    return yaml_parse(TEMPLATE.read_text())  # type: ignore[no-any-return]
+
+
+def resources(kind: str | None = None) -> dict[str, dict[str, Any]]:
+    found = template()["Resources"]
+    return {k: v for k, v in found.items() if kind is None or v["Type"] == kind}
+
+
+@cache
+def asl() -> dict[str, Any]:
+    return json.loads(ASL.read_text())  # type: ignore[no-any-return]
+
+
+def all_states(definition: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Every state, Map and Parallel branches included, by name."""
+    definition = definition or asl()
+    states: dict[str, dict[str, Any]] = {}
+    for name, state in definition["States"].items():
+        states[name] = state
+        for inner in [state.get("ItemProcessor"), state.get("Iterator"), *state.get("Branches", [])]:
+            if inner:
+                states.update(all_states(inner))
+    return states
+
+
+def substitutions_used() -> set[str]:
+    return set(re.findall(r"\$\{(\w+)\}", ASL.read_text()))
+
+
+def build_script() -> str:
+    """The bootstrap script inside the SSM Build document."""
+    doc = resources("AWS::SSM::Document")["BuildDocument"]["Properties"]["Content"]
+    step = doc["mainSteps"][0]
+    return "\n".join(step["inputs"]["runCommand"]) + "\n"

@@ -1,0 +1,96 @@
+"""The shipped state machine: structure the design depends on, checked on the real file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wheelfoundry.errors import ASL_ERROR_NAMES
+
+from tests.helpers import ASL, all_states, asl, resources, substitutions_used
+
+LAMBDA_RETRY = {
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.ClientExecutionTimeoutException",
+}
+
+
+def test_statelint_accepts_it() -> None:
+    statelint = Path(sys.executable).with_name("statelint")
+    result = subprocess.run([str(statelint), "--ignore=URI", str(ASL)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_substitution_is_provided_by_the_template() -> None:
+    machine = resources("AWS::Serverless::StateMachine")["BuildStateMachine"]["Properties"]
+    assert machine["DefinitionUri"] == "statemachine/build.asl.json"
+    assert substitutions_used() == set(machine["DefinitionSubstitutions"])
+
+
+def test_resources_come_only_through_substitutions() -> None:
+    for name, state in all_states().items():
+        if state["Type"] != "Task":
+            continue
+        params = state.get("Parameters", {})
+        target = params.get("FunctionName") or params.get("DocumentName")
+        assert target and target.startswith("${") and target.endswith("}"), name
+
+
+def test_every_choice_has_a_default() -> None:
+    choices = [s for s in all_states().values() if s["Type"] == "Choice"]
+    assert choices and all("Default" in c for c in choices)
+
+
+def test_lambda_tasks_use_invoke_with_the_standard_retries() -> None:
+    for name, state in all_states().items():
+        if state["Type"] == "Task" and "FunctionName" in state.get("Parameters", {}):
+            assert state["Resource"] == "arn:aws:states:::lambda:invoke", name
+            covered = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
+            assert covered >= LAMBDA_RETRY or "States.ALL" in covered, name
+
+
+def test_the_wait_is_event_driven_with_timeout_and_heartbeat() -> None:
+    build = all_states()["Build"]
+    assert build["Resource"] == "arn:aws:states:::aws-sdk:ssm:sendCommand.waitForTaskToken"
+    assert build["Parameters"]["Parameters"]["TaskToken.$"] == "States.Array($$.Task.Token)"
+    assert "TimeoutSecondsPath" in build and "HeartbeatSecondsPath" in build
+    waits = [s for s in all_states().values() if s["Type"] == "Wait"]
+    assert not waits, "no polling loops: waiting is a task token"
+
+
+def test_error_names_matched_exist_as_classes() -> None:
+    for name, state in all_states().items():
+        for clause in state.get("Retry", []) + state.get("Catch", []):
+            for error in clause["ErrorEquals"]:
+                assert error.startswith(("States.", "Lambda.")) or error in ASL_ERROR_NAMES, (name, error)
+
+
+def test_every_state_that_runs_after_launch_catches_into_termination() -> None:
+    states = asl()["States"]["BuildJobs"]["ItemProcessor"]["States"]
+    for name in ("Launch", "AwaitAgent", "Build", "Collect"):
+        catches = states[name]["Catch"]
+        assert catches[-1]["ErrorEquals"] == ["States.ALL"], name
+        assert catches[-1]["Next"] == "KeepOrTerminate", name
+    assert states["KeepOrTerminate"]["Default"] == "TerminateAfterFailure"
+    assert states["Build"]["Catch"][0] == {
+        "ErrorEquals": ["SpotInterrupted"],
+        "ResultPath": "$.error",
+        "Next": "TerminateSpot",
+    }
+
+
+def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
+    build_jobs = asl()["States"]["BuildJobs"]
+    assert build_jobs["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+    assert build_jobs["ToleratedFailurePercentage"] == 100
+    assert build_jobs["Next"] == "PublishIndex"
+    assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "Report"
+
+
+@pytest.mark.parametrize("name", ["Validate", "PublishIndex", "Report"])
+def test_top_level_tasks_exist(name: str) -> None:
+    assert asl()["States"][name]["Type"] == "Task"

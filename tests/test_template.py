@@ -1,0 +1,148 @@
+"""The shipped template: least privilege, no inbound ports, IMDSv2, encrypted TLS-only bucket."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from wheelfoundry.presets import load_preset
+from wheelfoundry.request import parse_request
+
+from tests.helpers import ROOT, TEMPLATE, build_script, resources, template
+
+
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def test_cfn_lint_reports_nothing() -> None:
+    result = subprocess.run([_tool("cfn-lint"), str(TEMPLATE)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bucket_blocks_public_access_requires_tls_and_encrypts() -> None:
+    bucket = resources()["WheelBucket"]["Properties"]
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    policy = resources()["WheelBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in policy)
+
+
+def test_instances_have_no_inbound_port_imdsv2_and_terminate_on_shutdown() -> None:
+    group = resources()["BuildSecurityGroup"]["Properties"]
+    assert "SecurityGroupIngress" not in group
+    assert not resources("AWS::EC2::SecurityGroupIngress")
+    for name in ("LaunchTemplateX86", "LaunchTemplateArm64"):
+        data = resources()[name]["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+        assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
+        ebs = data["BlockDeviceMappings"][0]["Ebs"]
+        assert ebs["Encrypted"] is True and ebs["VolumeType"] == "gp3"
+        assert "KeyName" not in data  # no SSH
+
+
+def _statements(policies: list[Any]) -> list[dict[str, Any]]:
+    return [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
+
+
+def test_s3_access_is_scoped_to_the_stacks_bucket() -> None:
+    functions = resources("AWS::Serverless::Function")
+    role = resources()["BuildInstanceRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    statements = role + [s for f in functions.values() for s in _statements(f["Properties"].get("Policies", []))]
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if any(a.startswith("s3:") for a in actions):
+            text = json.dumps(statement["Resource"])
+            assert "WheelBucket" in text and '"*"' not in text, statement
+
+
+def test_terminate_and_run_are_limited_to_this_stacks_tags() -> None:
+    functions = resources("AWS::Serverless::Function")
+    for name in ("TerminateFunction", "ReaperFunction"):
+        (terminate,) = [
+            s
+            for s in _statements(functions[name]["Properties"]["Policies"])
+            if "ec2:TerminateInstances" in json.dumps(s["Action"])
+        ]
+        assert "aws:ResourceTag/wheelfoundry:stack" in json.dumps(terminate["Condition"])
+    launch = _statements(functions["LaunchFunction"]["Properties"]["Policies"])
+    tagged = next(s for s in launch if s.get("Sid") == "LaunchTaggedOnly")
+    assert "aws:RequestTag/wheelfoundry:stack" in json.dumps(tagged["Condition"])
+
+
+def test_document_parameters_are_patterned_and_passed_as_environment() -> None:
+    content = resources()["BuildDocument"]["Properties"]["Content"]
+    for name, spec in content["parameters"].items():
+        assert spec.get("allowedPattern", "").startswith("^") and spec["allowedPattern"].endswith("$"), name
+        if name != "ExecutionTimeout":  # the agent substitutes that one into timeoutSeconds
+            assert spec["interpolationType"] == "ENV_VAR", name
+    assert "{{" not in build_script()  # nothing is pasted into the script
+
+
+def test_build_script_is_shellcheck_clean(tmp_path: Path) -> None:
+    script = tmp_path / "bootstrap.sh"
+    script.write_text(build_script())
+    result = subprocess.run(
+        [_tool("shellcheck"), "-s", "bash", str(script)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_nightly_schedule_exists_and_carries_the_nightly_preset() -> None:
+    schedule = resources()["NightlySchedule"]["Properties"]
+    assert schedule["ScheduleExpression"] == {"Ref": "NightlyScheduleExpression"}
+    assert schedule["Target"]["Arn"] == {"Ref": "BuildStateMachine"}
+    payload = json.loads(schedule["Target"]["Input"])
+    assert payload == {"preset": "nightly"}
+    assert parse_request(payload).version == "nightly"  # type: ignore[union-attr]
+    assert load_preset("nightly")["channel"] == "nightly"
+
+
+def test_rules_route_events_to_the_backstop_functions() -> None:
+    functions = resources("AWS::Serverless::Function")
+    callback = functions["CallbackFunction"]["Properties"]["Events"]
+    assert callback["CommandStatus"]["Properties"]["Pattern"]["detail"]["status"] == ["Failed", "TimedOut", "Cancelled"]
+    assert callback["SpotInterruption"]["Properties"]["Pattern"]["detail-type"] == [
+        "EC2 Spot Instance Interruption Warning"
+    ]
+    reaper = functions["ReaperFunction"]["Properties"]["Events"]
+    assert reaper["ExecutionEnded"]["Properties"]["Pattern"]["detail"]["status"] == ["FAILED", "TIMED_OUT", "ABORTED"]
+    assert reaper["Sweep"]["Type"] == "Schedule"
+
+
+def test_log_groups_have_retention() -> None:
+    for group in resources("AWS::Logs::LogGroup").values():
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_handlers_named_by_the_template_exist() -> None:
+    import importlib.util
+
+    for name, function in resources("AWS::Serverless::Function").items():
+        module, attr = function["Properties"]["Handler"].rsplit(".", 1)
+        code_uri = function["Properties"].get("CodeUri", template()["Globals"]["Function"]["CodeUri"])
+        source = ROOT / code_uri / (module.replace(".", "/") + ".py")
+        assert source.is_file(), f"{name}: {source} is not in its CodeUri"
+        spec = importlib.util.spec_from_file_location(f"_handler_{name}", source)
+        assert spec and spec.loader
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        assert callable(getattr(loaded, attr)), name
+
+
+def test_lambda_requirements_match_the_project_dependencies() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    wanted = {Requirement(r).name for r in project} - {"boto3"}  # boto3 comes with the Lambda runtime
+    lines = [
+        ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if ln and not ln.startswith("#")
+    ]
+    assert {Requirement(ln).name for ln in lines} == wanted
