@@ -1,0 +1,111 @@
+"""Shared constants, moto backend accessors and a reversible monkey-patch helper.
+
+Everything that touches moto's private structures goes through this module or names the moto
+attribute explicitly, so a moto upgrade (moto is pinned exactly in pyproject.toml) has one place
+to start from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from typing import Any
+
+ACCOUNT_ID = "123456789012"  # moto's DEFAULT_ACCOUNT_ID: fake credentials map to it
+DEFAULT_REGION = "us-east-1"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(tz=dt.UTC)
+
+
+def iso(ts: dt.datetime) -> str:
+    """ISO-8601 with a Z suffix, the format EventBridge uses for `time`."""
+    if ts.tzinfo is None:  # moto stores naive UTC datetimes
+        ts = ts.replace(tzinfo=dt.UTC)
+    return ts.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def lambda_backend(region: str) -> Any:
+    from moto.awslambda.models import lambda_backends
+
+    return lambda_backends[ACCOUNT_ID][region]
+
+
+def sfn_backend(region: str) -> Any:
+    """The Step Functions backend that the API uses (the ASL interpreter's when execution is on)."""
+    from moto.stepfunctions.responses import get_backend
+
+    return get_backend(ACCOUNT_ID, region)
+
+
+def ssm_backend(region: str) -> Any:
+    from moto.ssm.models import ssm_backends
+
+    return ssm_backends[ACCOUNT_ID][region]
+
+
+def ec2_backend(region: str) -> Any:
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[ACCOUNT_ID][region]
+
+
+def events_backend(region: str) -> Any:
+    from moto.events.models import events_backends
+
+    return events_backends[ACCOUNT_ID][region]
+
+
+def scheduler_backend(region: str) -> Any:
+    from moto.scheduler.models import scheduler_backends
+
+    return scheduler_backends[ACCOUNT_ID][region]
+
+
+def s3_backend() -> Any:
+    from moto.s3.models import s3_backends
+
+    return s3_backends[ACCOUNT_ID]["aws"]
+
+
+def cfn_backend(region: str) -> Any:
+    from moto.cloudformation.models import cloudformation_backends
+
+    return cloudformation_backends[ACCOUNT_ID][region]
+
+
+class Patches:
+    """A set of attribute replacements that can be undone in reverse order.
+
+    moto's behaviour is changed by replacing attributes of its classes and modules; keeping the
+    originals lets `EmbeddedAws` leave the process as it found it.
+    """
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[object, str, object]] = []
+        self._lock = threading.Lock()
+
+    def set(self, owner: object, name: str, value: object) -> object:
+        """Replace owner.name with value; return the original."""
+        with self._lock:
+            # vars() sees only the owner's own attribute: undoing an override of an inherited one
+            # must delete it rather than copy the inherited value down.
+            original = vars(owner).get(name)
+            self._undo.append((owner, name, original))
+            setattr(owner, name, value)
+            return original
+
+    def wrap(self, owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Replace a method by make(original_function)."""
+        self.set(owner, name, make(vars(owner)[name]))
+
+    def undo(self) -> None:
+        with self._lock:
+            while self._undo:
+                owner, name, original = self._undo.pop()
+                if original is None:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, original)

@@ -1,0 +1,321 @@
+"""A stand-in for the SSM agent: runs each SendCommand's real document script on this host.
+
+For every (command, instance) the document deployed from the template is read back from moto, each
+`aws:runShellScript` step's `runCommand` is written to `_script.sh` (as the agent does) and run with
+`bash` in its own process group, in `<state dir>/instances/<instance-id>/`. Parameters are exported
+as `SSM_<Name>`; `{{ Name }}` is pasted into commands only for parameters that are not ENV_VAR.
+The step's `timeoutSeconds` is enforced (-> TimedOut); a terminated instance or CancelCommand kills
+the process group (-> Cancelled). The invocation's status and output are written back into moto,
+and an `EC2 Command Invocation Status-change Notification` is delivered for InProgress and for the
+final status, as AWS emits them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import boto3
+
+from . import ssm_ext
+from ._moto import ACCOUNT_ID, Patches, ec2_backend, iso, utcnow
+from .events import EventDelivery
+
+Output = Callable[[str, str, str], None]  # (instance id, command id, line)
+FINAL = ("Success", "Failed", "TimedOut", "Cancelled")
+_STDOUT_LIMIT, _STDERR_LIMIT = 24_000, 8_000  # what GetCommandInvocation returns on AWS
+
+
+@dataclass
+class CommandRun:
+    command_id: str
+    instance_id: str
+    document_name: str
+    log_path: Path
+    status: str = "Pending"
+    exit_code: int | None = None
+    cancel: bool = False
+
+
+def _params(declared: dict[str, Any], given: dict[str, list[str]]) -> dict[str, str]:
+    values = {}
+    for name, spec in declared.items():
+        chosen = given.get(name)
+        if chosen is None and "default" in spec:
+            default = spec["default"]
+            chosen = default if isinstance(default, list) else [default]
+        values[name] = ",".join(str(v) for v in (chosen or []))
+    return values
+
+
+def _literal(value: str) -> Callable[[re.Match[str]], str]:
+    return lambda _match: value
+
+
+def _substitute(text: str, params: dict[str, str]) -> str:
+    for name, value in params.items():
+        # A function replacement: the value is pasted literally (no backslash-escape processing).
+        text = re.sub(r"\{\{\s*" + re.escape(name) + r"\s*\}\}", _literal(value), text)
+    return text
+
+
+class SsmAgent:
+    def __init__(
+        self,
+        region: str,
+        state_dir: Path,
+        environment: dict[str, str],
+        events: EventDelivery,
+        registration: ssm_ext.Registration,
+        output: Output | None = None,
+    ) -> None:
+        self.region = region
+        self.state_dir = state_dir
+        self.environment = environment
+        self.events = events
+        self.registration = registration
+        self.output = output
+        self._runs: list[CommandRun] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._patches = Patches()
+        self._closing = False
+
+    def install(self) -> None:
+        ssm_ext.install(self._patches, self.registration, self.submit, self.cancel)
+
+    def uninstall(self) -> None:
+        self._patches.undo()
+
+    def runs(self) -> list[CommandRun]:
+        with self._lock:
+            return list(self._runs)
+
+    def submit(self, region: str, command: Any) -> None:
+        for instance_id in command.instance_ids:
+            log = self.state_dir / "instances" / instance_id / "logs" / f"{command.command_id}.log"
+            run = CommandRun(command.command_id, instance_id, command.document_name, log)
+            thread = threading.Thread(
+                target=self._run,
+                args=(region, command, run),
+                daemon=True,
+                name=f"wf-agent-{instance_id}-{command.command_id[:8]}",
+            )
+            with self._lock:
+                self._runs.append(run)
+                self._threads.append(thread)
+            thread.start()
+
+    def cancel(self, region: str, command_id: str, instance_ids: list[str]) -> None:
+        for run in self.runs():
+            if run.command_id == command_id and run.instance_id in instance_ids:
+                run.cancel = True
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        """Kill whatever still runs (the emulated instances go away); deliver no more events."""
+        self._closing = True
+        for run in self.runs():
+            run.cancel = True
+        self.wait_idle(15)
+        with self._lock:
+            self._threads.clear()
+        self._closing = False
+
+    # -- one invocation -------------------------------------------------------------------------
+    def _run(self, region: str, command: Any, run: CommandRun) -> None:
+        started = utcnow()
+        self._report(region, command, run, "InProgress", started)
+        try:
+            document, declared = ssm_ext.document_parameters(region, command.document_name)
+            status, stdout, stderr = self._execute(region, command, run, document.content_json, declared)
+        except Exception as exc:  # a document the agent cannot run fails the invocation, as on AWS
+            status, stdout, stderr = "Failed", "", f"{type(exc).__name__}: {exc}\n"
+        self._upload_output(command, run, stdout, stderr)
+        self._report(region, command, run, status, started, stdout, stderr)
+
+    def _execute(
+        self, region: str, command: Any, run: CommandRun, content: dict[str, Any], declared: dict[str, Any]
+    ) -> tuple[str, str, str]:
+        params = _params(declared, command.parameters or {})
+        pasted = {k: v for k, v in params.items() if declared[k].get("interpolationType") != "ENV_VAR"}
+        steps = [s for s in content.get("mainSteps") or [] if s.get("action") == "aws:runShellScript"]
+        if not steps:
+            return "Failed", "", "document has no aws:runShellScript step\n"
+        root = self.state_dir / "instances" / run.instance_id
+        run.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SSM_", "MOTO_"))}
+        env.update(self.environment)
+        env.update({f"SSM_{name}": value for name, value in params.items()})
+        env.update(
+            {
+                "WF_CONTAINER": "none",
+                "WF_INSTANCE_ROOT": str(root),
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+                "PYTHONUNBUFFERED": "1",
+                "TMPDIR": str(root / "tmp"),
+            }
+        )
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+        out_all: list[str] = []
+        err_all: list[str] = []
+        status = "Success"
+        with run.log_path.open("a", encoding="utf-8") as log:
+            for index, step in enumerate(steps):
+                inputs = step.get("inputs") or {}
+                lines = inputs.get("runCommand") or []
+                script = _substitute("\n".join([lines] if isinstance(lines, str) else lines), pasted)
+                timeout = float(_substitute(str(inputs.get("timeoutSeconds", 3600)), params))
+                step_dir = root / "orchestration" / run.command_id / str(step.get("name") or f"step{index}")
+                cwd = root / str(_substitute(inputs.get("workingDirectory") or "", params)).lstrip("/")
+                for folder in (step_dir, cwd):
+                    folder.mkdir(parents=True, exist_ok=True)
+                (step_dir / "_script.sh").write_text(script + "\n", encoding="utf-8")
+                status = self._spawn(region, run, step_dir / "_script.sh", cwd, env, timeout, log, out_all, err_all)
+                if status != "Success":
+                    break
+        return status, "".join(out_all), "".join(err_all)
+
+    def _spawn(
+        self,
+        region: str,
+        run: CommandRun,
+        script: Path,
+        cwd: Path,
+        env: dict[str, str],
+        timeout: float,
+        log: IO[str],
+        out_all: list[str],
+        err_all: list[str],
+    ) -> str:
+        process = subprocess.Popen(
+            ["bash", str(script)],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        lock = threading.Lock()
+
+        def pump(stream: IO[str], sink: list[str]) -> None:
+            for line in stream:
+                with lock:
+                    sink.append(line)
+                    log.write(line)
+                    log.flush()
+                if self.output is not None:
+                    self.output(run.instance_id, run.command_id, line.rstrip("\n"))
+
+        assert process.stdout is not None and process.stderr is not None
+        pumps = [
+            threading.Thread(target=pump, args=(s, k), daemon=True)
+            for s, k in ((process.stdout, out_all), (process.stderr, err_all))
+        ]
+        for pump_thread in pumps:
+            pump_thread.start()
+        deadline = time.monotonic() + timeout
+        verdict: str | None = None
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                verdict = "TimedOut"
+            elif run.cancel or not self._instance_alive(region, run.instance_id):
+                verdict = "Cancelled"
+            if verdict is not None:
+                self._kill(process)
+                break
+            time.sleep(0.05)
+        process.wait()
+        for pump_thread in pumps:
+            pump_thread.join(5)
+        run.exit_code = process.returncode
+        if verdict is None:
+            verdict = "Success" if process.returncode == 0 else "Failed"
+        with lock:
+            log.write(f"[wheelfoundry_local agent] exit code {process.returncode}: {verdict}\n")
+        return verdict
+
+    @staticmethod
+    def _kill(process: subprocess.Popen[str]) -> None:
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            os.killpg(process.pid, signal.SIGKILL)  # the whole tree, as a dying instance would
+
+    def _instance_alive(self, region: str, instance_id: str) -> bool:
+        try:
+            instance = ec2_backend(region).get_instance_by_id(instance_id)
+        except Exception:
+            return False
+        return instance is not None and instance.state in ("pending", "running")
+
+    # -- reporting back ---------------------------------------------------------------------------
+    def _report(
+        self, region: str, command: Any, run: CommandRun, status: str, started: Any, stdout: str = "", stderr: str = ""
+    ) -> None:
+        run.status = status
+        now = utcnow()
+        for invocation in command.invocations:
+            if invocation["InstanceId"] != run.instance_id:
+                continue
+            invocation.update(Status=status, StatusDetails=status)
+            invocation["ExecutionStartDateTime"] = started.isoformat()
+            if status in FINAL:
+                invocation.update(
+                    ResponseCode=run.exit_code if run.exit_code is not None and status in ("Success", "Failed") else -1,
+                    ExecutionEndDateTime=now.isoformat(),
+                    ExecutionElapsedTime=f"PT{(now - started).total_seconds():.3f}S",
+                    StandardOutputContent=stdout[:_STDOUT_LIMIT],
+                    StandardErrorContent=stderr[:_STDERR_LIMIT],
+                )
+        states = [i["Status"] for i in command.invocations]
+        done = [s for s in states if s in FINAL]
+        command.completed_count = len(done)
+        command.error_count = sum(s in ("Failed", "TimedOut") for s in done)
+        if len(done) < len(states):
+            command.status = command.status_details = "InProgress"
+        else:
+            worst = next((s for s in ("Failed", "TimedOut", "Cancelled") if s in done), "Success")
+            command.status = command.status_details = worst
+        if self._closing:
+            return
+        detail = {
+            "command-id": run.command_id,
+            "document-name": run.document_name,
+            "instance-id": run.instance_id,
+            "requested-date-time": iso(command.requested_date_time).replace("Z", ".000Z"),
+            "status": status,
+        }
+        resources = [f"arn:aws:ec2:{region}:{ACCOUNT_ID}:instance/{run.instance_id}"]
+        try:
+            self.events.put("aws.ssm", "EC2 Command Invocation Status-change Notification", detail, resources)
+        except Exception:  # EventBridge delivery is best effort; the invocation's status stands
+            logging.getLogger(__name__).exception("delivering the SSM status event failed")
+
+    def _upload_output(self, command: Any, run: CommandRun, stdout: str, stderr: str) -> None:
+        bucket = command.output_s3_bucket_name
+        if not bucket:
+            return
+        prefix = "/".join(p for p in (command.output_s3_key_prefix.strip("/"), run.command_id, run.instance_id) if p)
+        s3 = boto3.client("s3", endpoint_url=self.environment["AWS_ENDPOINT_URL"])
+        for name, text in (("stdout", stdout), ("stderr", stderr)):
+            if text:
+                s3.put_object(
+                    Bucket=bucket, Key=f"{prefix}/awsrunShellScript/0.awsrunShellScript/{name}", Body=text.encode()
+                )

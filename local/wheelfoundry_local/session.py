@@ -1,0 +1,220 @@
+"""EmbeddedAws: the one object tests, the demo and the CLI use.
+
+    with EmbeddedAws(state_dir=tmp) as aws:
+        stack = aws.deploy("template.yaml", parameters={"Stage": "local"})
+        arn = aws.start_execution(stack.state_machine_arn, {"framework": "extension", ...})
+        result = aws.wait_execution(arn, timeout=300)
+        assert result.status == "SUCCEEDED", result
+        assert aws.instances() == []
+
+Only one EmbeddedAws can be active per process: moto's backends, the patches and MOTO_PORT are
+process-wide.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+import boto3
+
+from . import cfn_models
+from ._moto import DEFAULT_REGION, Patches, sfn_backend, utcnow
+from .agent import Output, SsmAgent
+from .deploy import DeployedStack, deploy
+from .events import EventDelivery, ExecutionWatcher
+from .lambdas import FaultRegistry, InvocationLog, LambdaRuntime
+from .server import MotoServer
+from .ssm_ext import Registration
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    arn: str
+    status: str  # SUCCEEDED | FAILED | TIMED_OUT | ABORTED
+    input: Any
+    output: Any  # parsed JSON (None unless SUCCEEDED)
+    error: str | None
+    cause: str | None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "SUCCEEDED"
+
+
+class EmbeddedAws:
+    _active: ClassVar[EmbeddedAws | None] = None
+
+    def __init__(
+        self,
+        state_dir: str | Path | None = None,
+        *,
+        region: str = DEFAULT_REGION,
+        registration_delay: float = 0.5,
+        agent_output: Output | None = None,
+        enforce_lambda_timeouts: bool = True,
+    ) -> None:
+        """state_dir: where instance work roots and command logs go (default ./.wf-local).
+        registration_delay: seconds after launch before an instance's agent counts as Online.
+        agent_output: called with (instance id, command id, line) for each line a command prints.
+        enforce_lambda_timeouts: report a handler that ran past its Timeout as Sandbox.Timedout."""
+        self.region = region
+        self.state_dir = Path(state_dir) if state_dir is not None else Path.cwd() / ".wf-local"
+        self.server = MotoServer(region)
+        self.runtime = LambdaRuntime(enforce_timeouts=enforce_lambda_timeouts)
+        self.events = EventDelivery(self.runtime, region, self._start_execution_json)
+        self.watcher = ExecutionWatcher(self.events)
+        self.registration = Registration(registration_delay)
+        self._agent_output = agent_output
+        self.agent: SsmAgent | None = None
+        self._patches = Patches()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> EmbeddedAws:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if EmbeddedAws._active is not None:
+            raise RuntimeError("another EmbeddedAws is active in this process")
+        EmbeddedAws._active = self
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.server.start()
+            self.runtime.install()
+            cfn_models.install(self._patches, self.runtime)
+            self.events.install()
+            self.agent = SsmAgent(
+                self.region,
+                self.state_dir,
+                self.server.environment(),
+                self.events,
+                self.registration,
+                self._agent_output,
+            )
+            self.agent.install()
+            self.watcher.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if EmbeddedAws._active is not self:
+            return
+        self.watcher.stop()
+        self._stop_executions()
+        if self.agent is not None:
+            self.agent.stop()
+            self.agent.uninstall()
+            self.agent = None
+        self.events.uninstall()
+        cfn_models.uninstall()
+        self._patches.undo()
+        self.runtime.uninstall()
+        self.server.stop()
+        EmbeddedAws._active = None
+
+    def reset(self) -> None:
+        """Back to an empty account: executions stopped, commands killed, moto emptied, logs cleared."""
+        self._stop_executions()
+        if self.agent is not None:
+            self.agent.stop()
+        self.server.reset()
+        self.watcher.forget()
+        self.runtime.faults.clear()
+        self.runtime.invocations.clear()
+        self.events.clear()
+
+    def _stop_executions(self) -> None:
+        # An execution left running keeps calling handlers from its own thread, into the next test.
+        for machine in list(sfn_backend(self.region).state_machines):
+            for execution in list(getattr(machine, "executions", [])):
+                if execution.exec_status is not None and execution.exec_status.value == "RUNNING":
+                    execution.stop(stop_date=utcnow(), error="wheelfoundry_local.Reset", cause="EmbeddedAws stopped")
+
+    # -- handles -------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @property
+    def faults(self) -> FaultRegistry:
+        return self.runtime.faults
+
+    @property
+    def invocations(self) -> InvocationLog:
+        return self.runtime.invocations
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, region_name=self.region, endpoint_url=self.endpoint)
+
+    # -- deploy and run ---------------------------------------------------------------------------
+    def deploy(
+        self, template: str | Path, parameters: dict[str, Any] | None = None, *, stack_name: str = "wheelfoundry"
+    ) -> DeployedStack:
+        return deploy(self.runtime, template, region=self.region, parameters=parameters, stack_name=stack_name)
+
+    def start_execution(self, state_machine_arn: str, input: Any = None, name: str | None = None) -> str:
+        """Start an execution; input is any JSON-serialisable value (default {})."""
+        return self._start_execution_json(state_machine_arn, json.dumps({} if input is None else input), name)
+
+    def _start_execution_json(self, state_machine_arn: str, input_json: str, name: str | None) -> str:
+        response = self.client("stepfunctions").start_execution(
+            stateMachineArn=state_machine_arn, input=input_json, name=name or str(uuid.uuid4())
+        )
+        return str(response["executionArn"])
+
+    def wait_execution(self, execution_arn: str, timeout: float = 60.0) -> ExecutionResult:
+        """Wait until the execution is no longer RUNNING; TimeoutError (with its last events) otherwise."""
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout
+        while True:
+            described = sfn.describe_execution(executionArn=execution_arn)
+            if described["status"] != "RUNNING":
+                break
+            if time.monotonic() > deadline:
+                events = sfn.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=5)
+                last = [e["type"] for e in events["events"]]
+                raise TimeoutError(f"{execution_arn} still RUNNING after {timeout}s; last events {last}")
+            time.sleep(0.05)
+        return ExecutionResult(
+            arn=execution_arn,
+            status=described["status"],
+            input=json.loads(described.get("input") or "null"),
+            output=json.loads(described["output"]) if described.get("output") else None,
+            error=described.get("error"),
+            cause=described.get("cause"),
+        )
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """The execution's full event history (for debugging and assertions)."""
+        sfn = self.client("stepfunctions")
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": execution_arn}
+        while True:
+            page = sfn.get_execution_history(**kwargs)
+            events += page["events"]
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
+
+    def instances(self, states: tuple[str, ...] = ("pending", "running")) -> list[dict[str, Any]]:
+        """EC2 instances in the given states, as DescribeInstances items with Tags as a dict."""
+        ec2 = self.client("ec2")
+        found = []
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-state-name", "Values": list(states)}]
+        ):
+            for reservation in page["Reservations"]:
+                for item in reservation["Instances"]:
+                    item["Tags"] = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
+                    found.append(item)
+        return found
