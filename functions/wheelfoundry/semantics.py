@@ -165,9 +165,15 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         if where in skip or not isinstance(spec, str):
             continue
         try:
-            resolved.append(resolve_version(spec, catalog))
+            found = resolve_version(spec, catalog)
         except Unresolvable as exc:
             issues.append(Issue(where, f"{spec!r}: {exc}", spec, exc.allowed))
+            continue
+        twin = next((r for r in resolved if r.torch_version == found.torch_version), None)
+        if twin is not None:
+            issues.append(Issue(where, f"{spec!r} is torch {found.torch_version} again (as {twin.spec!r})", spec))
+            continue
+        resolved.append(found)
     for r in resolved:
         issues += _check_python("python", data.get("python"), r.python, f"torch {r.spec}", skip)
         for i, cuda in _strs(data.get("cuda")):
