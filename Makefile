@@ -1,0 +1,46 @@
+# WheelFoundry developer commands. Everything installs into .venv from this repo's own files.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SAM := .tools/sam/bin/sam
+
+.PHONY: demo test lint venv sam clean
+
+$(STAMP): pyproject.toml examples/extension/setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The example extension's own tests import it: build it once against the CPU torch here.
+	$(BIN)/python -m pip install --quiet --no-build-isolation ./examples/extension
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## The main job: the embedded AWS builds the example extension through the real state machine,
+## publishes it to the emulated index, installs it into a fresh venv and runs its tests.
+demo: $(STAMP)
+	$(BIN)/wheelfoundry local demo
+
+## The test suite (what CI runs after `make lint`).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+$(SAM):
+	$(PYTHON) -m venv .tools/sam
+	.tools/sam/bin/python -m pip install --quiet aws-sam-cli
+
+sam: $(SAM)
+
+lint: $(STAMP) $(SAM)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/cfn-lint template.yaml
+	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM) validate --lint --region us-east-1
+	$(BIN)/statelint --ignore=URI statemachine/build.asl.json
+	find buildspecs -name '*.sh' -print0 | xargs -0 -r $(BIN)/shellcheck
+	find buildspecs -name '*.Dockerfile' -print0 | xargs -0 -r -n1 $(BIN)/hadolint
+
+clean:
+	rm -rf $(VENV) .tools .wf-local dist build
