@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,14 +37,17 @@ def client_token(execution: str, job_id: str, market: str) -> str:
 
 
 def user_data(max_seconds: int) -> str:
-    """The instance guards itself: it powers off (and so terminates) after the job's deadline."""
+    """The instance guards itself: it powers off (and so terminates) after the job's deadline.
+
+    Plain text: boto3 base64-encodes RunInstances' UserData itself.
+    """
     minutes = max_seconds // 60 + WATCHDOG_MARGIN_MINUTES
     script = (
         "#!/bin/bash\n"
         "# WheelFoundry watchdog: InstanceInitiatedShutdownBehavior=terminate turns this into a termination.\n"
         f"shutdown -h +{minutes} 'WheelFoundry build deadline reached'\n"
     )
-    return base64.b64encode(script.encode()).decode()
+    return script
 
 
 def launch(event: dict[str, Any], ec2: Any, ssm: Any, settings: LaunchSettings, now: datetime) -> dict[str, Any]:
