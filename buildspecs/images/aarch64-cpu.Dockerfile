@@ -1,0 +1,35 @@
+# Builder for aarch64 CPU wheels: manylinux_2_28 + OpenBLAS and Arm Compute Library built and
+# pinned as PyTorch's aarch64 builders do (.ci/docker/common/install_openblas.sh, install_acl.sh)
+# + Open MPI + sccache + the tools venv. OpenBLAS and ACL stay off the default library path:
+# the repair stage passes their directories to auditwheel, which bundles them into the wheel.
+ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64
+FROM ${BASE_IMAGE}
+
+ARG OPENBLAS_VERSION=v0.3.30
+ARG ACL_VERSION=v52.6.0
+ARG OPENMPI_VERSION=5.0.7
+ARG SCCACHE_VERSION=v0.10.0
+ARG SCONS_VERSION=4.11.1
+ARG TOOLS_PYTHON=/opt/python/cp312-cp312/bin/python
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# hadolint ignore=DL3041
+RUN dnf install -y libpng-devel libjpeg-turbo-devel libwebp-devel bzip2 && dnf clean all
+
+COPY scripts/ /opt/wf/scripts/
+RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/install_tools.sh \
+    && /opt/wf/tools/bin/python -m pip install --no-cache-dir "scons==${SCONS_VERSION}"
+ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:${PATH}
+RUN OPENBLAS_VERSION="${OPENBLAS_VERSION}" OPENBLAS_PREFIX=/opt/OpenBLAS /opt/wf/scripts/install_openblas.sh
+# One layer per toolchain piece: a changed pin rebuilds only its own layer.
+# hadolint ignore=DL3059
+RUN ACL_VERSION="${ACL_VERSION}" ACL_ROOT=/acl /opt/wf/scripts/install_acl.sh
+# hadolint ignore=DL3059
+RUN OPENMPI_VERSION="${OPENMPI_VERSION}" OPENMPI_PREFIX=/opt/openmpi /opt/wf/scripts/install_openmpi.sh
+# hadolint ignore=DL3059
+RUN SCCACHE_VERSION="${SCCACHE_VERSION}" /opt/wf/scripts/install_sccache.sh
+
+ENV OpenBLAS_HOME=/opt/OpenBLAS \
+    ACL_ROOT_DIR=/acl
+WORKDIR /work

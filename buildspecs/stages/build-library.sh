@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Build a setuptools package against the torch in its build environment: a domain library
+# (torchvision, torchaudio, ...) or a user's extension.
+# Required environment:
+#   : "${WF_SRC_DIR:?}"          the package source
+#   : "${WF_ENV_DIR:?}"          the build environment (wfbuild.envs); it holds torch, or gets it below
+#   : "${WF_OUT_DIR:?}"          the wheel is written here
+#   : "${WF_VERSION_SCHEME:?}"   fixed (BUILD_VERSION given), nightly or git
+# Optional: WF_TORCH_WHEEL_DIR  this job's torch wheel, installed first (never a torch from an index);
+#           its version becomes PYTORCH_VERSION, which pins the library's torch requirement.
+set -euo pipefail
+: "${WF_SRC_DIR:?}"
+: "${WF_ENV_DIR:?}"
+: "${WF_OUT_DIR:?}"
+: "${WF_VERSION_SCHEME:?}"
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+python="$WF_ENV_DIR/bin/python"
+export PATH="$WF_ENV_DIR/bin:$PATH"
+if [[ -n "${WF_TORCH_WHEEL_DIR:-}" ]]; then
+  shopt -s nullglob
+  wheels=("$WF_TORCH_WHEEL_DIR"/torch-*.whl)
+  shopt -u nullglob
+  [[ ${#wheels[@]} -eq 1 ]] || wf_die "expected one torch wheel in $WF_TORCH_WHEEL_DIR, found ${#wheels[@]}"
+  "$python" -m pip install --disable-pip-version-check -- "${wheels[0]}"
+  PYTORCH_VERSION="$("$python" -c 'import torch; print(torch.__version__)')"
+  export PYTORCH_VERSION
+  wf_log "building against torch $PYTORCH_VERSION from ${wheels[0]}"
+fi
+wf_nightly_version BUILD_VERSION
+wf_sccache_setup
+mkdir -p "$WF_OUT_DIR"
+# No build isolation: an isolated build would install some other torch from an index.
+"$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps \
+  --wheel-dir "$WF_OUT_DIR" -- "$WF_SRC_DIR"
+wf_sccache_stats
+ls -l "$WF_OUT_DIR"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Functions shared by the stage scripts; sourced, never run. Needs nothing from the environment
+# itself; each function names what it reads.
+set -euo pipefail
+
+wf_log() {
+  printf '[%s] %s\n' "$(basename "$0")" "$*" >&2
+}
+
+wf_die() {
+  wf_log "error: $*"
+  exit 1
+}
+
+# The same rules as wfbuild/safety.py: checked again here because these values reach git.
+wf_check_ref() {
+  local ref="$1"
+  [[ "$ref" =~ ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$ ]] || wf_die "refusing ref '$ref'"
+  [[ "$ref" != *..* && "$ref" != *//* && "$ref" != */ && "$ref" != *.lock && "$ref" != *. ]] ||
+    wf_die "refusing ref '$ref'"
+}
+
+wf_check_url() {
+  local url="$1"
+  local https='^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)+/?$'
+  local file='^file:///[A-Za-z0-9._/-]+$'
+  [[ ("$url" =~ $https || "$url" =~ $file) && "$url" != *..* ]] || wf_die "refusing repository URL '$url'"
+}
+
+# wf_nightly_version VAR: with WF_VERSION_SCHEME=nightly, export VAR as
+# <version.txt up to 'a'>.dev<WF_BUILD_DATE>+<WF_VARIANT> (computed by wfbuild.versions).
+wf_nightly_version() {
+  local var="$1" value
+  [[ "${WF_VERSION_SCHEME:-}" == nightly ]] || return 0
+  value="$(python3 -m wfbuild.versions nightly --version-file "${WF_SRC_DIR:?}/version.txt" \
+    --date "${WF_BUILD_DATE:?}" --variant "${WF_VARIANT:?}")"
+  printf -v "$var" '%s' "$value"
+  export "${var?}"
+  wf_log "$var=$value"
+}
+
+# sccache is a cache, not a requirement: without it (or without its bucket) compile directly.
+wf_sccache_setup() {
+  if [[ "${CMAKE_C_COMPILER_LAUNCHER:-}" != sccache ]]; then
+    return 0
+  fi
+  if [[ -n "${AWS_ENDPOINT_URL:-}" && -z "${SCCACHE_ENDPOINT:-}" ]]; then
+    export SCCACHE_ENDPOINT="$AWS_ENDPOINT_URL"
+  fi
+  if command -v sccache >/dev/null 2>&1 && sccache --start-server >/dev/null 2>&1; then
+    wf_log "sccache: s3://${SCCACHE_BUCKET:-?}/${SCCACHE_S3_KEY_PREFIX:-}"
+    return 0
+  fi
+  wf_log "sccache unavailable: compiling without a cache"
+  unset CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER
+}
+
+wf_sccache_stats() {
+  if command -v sccache >/dev/null 2>&1 && [[ "${CMAKE_C_COMPILER_LAUNCHER:-}" == sccache ]]; then
+    sccache --show-stats || true
+  fi
+}

@@ -1,0 +1,157 @@
+"""Talking back: heartbeats, the spot-interruption watch, uploads and the final callback (contracts §4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from wfbuild import wheelfile
+from wfbuild.execute import BuildLog
+
+TOKEN_GONE = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
+CAUSE_LIMIT = 32_000
+IMDS_DEFAULT = "http://169.254.169.254"
+
+
+class Heartbeat(threading.Thread):
+    """SendTaskHeartbeat every ``interval`` seconds; ``on_gone`` when the token no longer exists."""
+
+    def __init__(self, sfn: Any, token: str, interval: float, log: BuildLog, on_gone: Callable[[str], None]) -> None:
+        super().__init__(name="wf-heartbeat", daemon=True)
+        self.sfn, self.token, self.interval, self.log, self.on_gone = sfn, token, interval, log, on_gone
+        self.stopped = threading.Event()
+
+    def beat(self) -> bool:
+        """One heartbeat; False when the token is gone (then nothing more is sent)."""
+        try:
+            self.sfn.send_task_heartbeat(taskToken=self.token)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in TOKEN_GONE:
+                self.log.note(f"task token gone ({code}): stopping the build")
+                self.on_gone(code)
+                return False
+            self.log.note(f"heartbeat failed ({code}); retrying next interval")
+        except BotoCoreError as exc:
+            self.log.note(f"heartbeat failed ({exc}); retrying next interval")
+        return True
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            if not self.beat():
+                return
+
+
+class SpotWatcher(threading.Thread):
+    """Polls IMDSv2 ``spot/instance-action``; ``on_notice`` once a stop/terminate is scheduled.
+
+    Off EC2 (no IMDS within a second) or on an on-demand instance it logs one line and ends.
+    """
+
+    def __init__(self, log: BuildLog, on_notice: Callable[[str], None], interval: float = 5.0) -> None:
+        super().__init__(name="wf-spot-watch", daemon=True)
+        self.log, self.on_notice, self.interval = log, on_notice, interval
+        self.endpoint = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", IMDS_DEFAULT).rstrip("/")
+        self.stopped = threading.Event()
+        self._token = ""
+
+    def _request(self, path: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str]:
+        req = urllib.request.Request(f"{self.endpoint}{path}", method=method, headers=headers or {})  # noqa: S310
+        try:
+            with urllib.request.urlopen(req, timeout=1.0) as resp:  # noqa: S310 (fixed IMDS endpoint)
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    def _get(self, path: str) -> tuple[int, str]:
+        status, body = self._request(path, headers={"X-aws-ec2-metadata-token": self._token})
+        if status == 401:  # the session token expired: fetch another once
+            self._token = self._request("/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "21600"})[
+                1
+            ]
+            status, body = self._request(path, headers={"X-aws-ec2-metadata-token": self._token})
+        return status, body
+
+    def run(self) -> None:
+        try:
+            status, self._token = self._request(
+                "/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "21600"}
+            )
+            lifecycle = self._get("/latest/meta-data/instance-life-cycle")[1] if status == 200 else ""
+        except (OSError, urllib.error.URLError):
+            status, lifecycle = 0, ""
+        if status != 200:
+            self.log.note("no instance metadata service: not watching for spot interruptions")
+            return
+        if lifecycle.strip() != "spot":
+            self.log.note(f"instance life cycle is {lifecycle.strip() or 'unknown'}: no spot interruption watch")
+            return
+        while not self.stopped.wait(self.interval):
+            try:
+                status, body = self._get("/latest/meta-data/spot/instance-action")
+            except (OSError, urllib.error.URLError):
+                continue  # a transient IMDS hiccup: try again next interval
+            if status == 200 and body:
+                self.on_notice(body)
+                return
+
+
+def upload_wheels(s3: Any, bucket: str, prefix: str, work: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Uploads every smoke-tested wheel and its METADATA (PEP 658); returns the callback's wheel list."""
+    out = []
+    for entry in manifest["wheels"]:
+        if entry["smoke"] != "passed":
+            continue
+        path = work / entry["path"]
+        key = f"{prefix}wheels/{entry['name']}"
+        meta = {"sha256": entry["sha256"], "requires-python": entry["requires_python"]}
+        s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": meta, "ContentType": "application/zip"})
+        s3.put_object(
+            Bucket=bucket, Key=f"{key}.metadata", Body=wheelfile.metadata_bytes(path), ContentType="text/plain"
+        )
+        out.append(
+            {
+                "filename": entry["name"],
+                "key": key,
+                "package": entry["package"],
+                "version": entry["version"],
+                "python": entry["python"],
+                "sha256": entry["sha256"],
+                "size": entry["size"],
+                "requires_python": entry["requires_python"],
+                "metadata_key": f"{key}.metadata",
+            }
+        )
+    return out
+
+
+def success_output(job_id: str, manifest: dict[str, Any], keys: dict[str, str], wheels: list[dict[str, Any]]) -> str:
+    failures = [{**f, "log_tail": (f.get("log_tail") or "")[-4000:]} for f in manifest["failures"]]
+    return json.dumps(
+        {
+            "job_id": job_id,
+            "status": manifest["status"],
+            "manifest_key": keys["manifest"],
+            "log_key": keys["log"],
+            "wheels": wheels,
+            "failures": failures,
+        }
+    )
+
+
+def failure_cause(job_id: str, stage: str, log_key: str, log_tail: str) -> str:
+    """The cause JSON, cut from the front of the log tail until it fits in 32,000 characters."""
+    cause = {"job_id": job_id, "stage": stage, "log_key": log_key, "log_tail": log_tail}
+    text = json.dumps(cause)
+    while len(text) > CAUSE_LIMIT and cause["log_tail"]:
+        cause["log_tail"] = cause["log_tail"][len(text) - CAUSE_LIMIT + 16 :]
+        text = json.dumps(cause)
+    return text

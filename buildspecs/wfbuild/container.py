@@ -1,0 +1,97 @@
+"""Container mode: the builder image (pull or build + push) and ``docker run`` of one stage.
+
+The image tag is ``<ecr_repository>:<recipe>-<hash12>``, the hash covering the recipe's Dockerfile,
+the install scripts it copies and the build arguments (base image included), so a changed recipe
+or pin builds a new image and an unchanged one is pulled. Without an ECR repository (local runs)
+the image is built under ``wheelfoundry-builder`` and kept in the local Docker cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from wfbuild.execute import BuildLog, Runner
+from wfbuild.safety import check_env
+
+LOCAL_REPOSITORY = "wheelfoundry-builder"
+
+
+def image_hash(bundle: Path, recipe: str, base: str, build_args: Mapping[str, str]) -> str:
+    images = bundle / "images"
+    digest = hashlib.sha256()
+    files = [images / f"{recipe}.Dockerfile", *sorted(p for p in (images / "scripts").rglob("*") if p.is_file())]
+    for path in files:
+        digest.update(str(path.relative_to(images)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for key, value in sorted({"BASE_IMAGE": base, **build_args}.items()):
+        digest.update(f"{key}={value}\0".encode())
+    return digest.hexdigest()[:12]
+
+
+def image_tag(job: Mapping[str, Any], bundle: Path) -> str:
+    image = job["image"]
+    repo = job.get("run", {}).get("ecr_repository") or LOCAL_REPOSITORY
+    return f"{repo}:{image['recipe']}-{image_hash(bundle, image['recipe'], image['base'], image['build_args'])}"
+
+
+def build_argv(job: Mapping[str, Any], bundle: Path, tag: str) -> list[str]:
+    image = job["image"]
+    argv = ["docker", "build", "--pull", "-f", str(bundle / "images" / f"{image['recipe']}.Dockerfile"), "-t", tag]
+    for key, value in sorted({"BASE_IMAGE": image["base"], **image["build_args"]}.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    return [*argv, str(bundle / "images")]
+
+
+def run_argv(tag: str, name: str, env_file: Path, work: Path, bundle: Path, argv: list[str]) -> list[str]:
+    # Host networking: the build reaches the instance's IMDS credentials (sccache on S3) and, in
+    # local runs, the emulator's endpoint, exactly as the host does.
+    return [
+        "docker", "run", "--rm", "--name", name, "--network", "host", "--env-file", str(env_file),
+        "-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro", "-w", "/work", tag, *argv,
+    ]  # fmt: skip
+
+
+def write_env_file(path: Path, env: Mapping[str, str]) -> Path:
+    """docker --env-file takes each line literally (no quoting), so values must be single lines."""
+    check_env(dict(env), "stage env")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{key}={value}\n" for key, value in sorted(env.items()))
+    return path
+
+
+def ecr_login(registry: str, region: str | None, log: BuildLog) -> None:
+    import boto3
+
+    token = boto3.client("ecr", region_name=region).get_authorization_token()["authorizationData"][0]
+    user, password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)
+    proc = subprocess.run(
+        ["docker", "login", "--username", user, "--password-stdin", registry],
+        input=password, capture_output=True, text=True,
+    )  # fmt: skip
+    log.note(f"docker login {registry}: {'ok' if proc.returncode == 0 else proc.stderr.strip()}")
+
+
+def ensure_image(job: Mapping[str, Any], bundle: Path, runner: Runner, work: Path, region: str | None) -> str:
+    """Pull the builder image, else build it (and push it when there is a repository)."""
+    tag = image_tag(job, bundle)
+    repo = job.get("run", {}).get("ecr_repository") or ""
+    env = dict(os.environ)
+    if repo:
+        ecr_login(repo.split("/", 1)[0], region, runner.log)
+        if runner.run(["docker", "pull", tag], env, work) == 0:
+            return tag
+    elif subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
+        return tag
+    runner.log.note(f"building builder image {tag}")
+    if runner.run(build_argv(job, bundle, tag), env, work) != 0:
+        raise RuntimeError(f"docker build of {tag} failed")
+    if repo and runner.run(["docker", "push", tag], env, work) != 0:
+        runner.log.note(f"push of {tag} failed; the next job builds the image again")
+    return tag

