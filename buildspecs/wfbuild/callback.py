@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import urllib.error
 import urllib.request
@@ -56,10 +55,13 @@ class SpotWatcher(threading.Thread):
     Off EC2 (no IMDS within a second) or on an on-demand instance it logs one line and ends.
     """
 
-    def __init__(self, log: BuildLog, on_notice: Callable[[str], None], interval: float = 5.0) -> None:
+    def __init__(
+        self, log: BuildLog, on_notice: Callable[[str], None], endpoint: str | None = None, interval: float = 5.0
+    ) -> None:
         super().__init__(name="wf-spot-watch", daemon=True)
         self.log, self.on_notice, self.interval = log, on_notice, interval
-        self.endpoint = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", IMDS_DEFAULT).rstrip("/")
+        # botocore's own override of the IMDS address (tests and odd networks set it).
+        self.endpoint = (endpoint or IMDS_DEFAULT).rstrip("/")
         self.stopped = threading.Event()
         self._token = ""
 

@@ -95,7 +95,9 @@ class Job:
                 fatal_failed = True
             else:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
-        for stage_host, stage_in in zip(host, inside, strict=True):
+        if [s.name for s in host] != [s.name for s in inside]:
+            raise RuntimeError("host and container renderings of the stages differ")
+        for stage_host, stage_in in zip(host, inside):  # noqa: B905  (runs on the host's Python 3.9)
             done = {r["name"]: r["status"] for r in self.results}
             if self.runner.aborted:
                 self.results.append(self._result(stage_host, "aborted", time.monotonic(), None, []))
@@ -222,7 +224,12 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
         (job.work / "meta" / "job.json").write_bytes(body)
         job.log.note(f"job {job.job['id']} ({job.job['kind']}, {job.job['target']}), mode {job.mode}")
         if job.job.get("instance", {}).get("spot"):
-            spot = callback.SpotWatcher(job.log, lambda notice: job.runner.abort("SpotInterrupted"))
+            spot = callback.SpotWatcher(
+                job.log,
+                lambda notice: job.runner.abort("SpotInterrupted"),
+                environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT"),
+                float(environ.get("WF_SPOT_POLL_SECONDS") or 5),
+            )
             spot.start()
         # Stop a little before the Build state's own timeout, so the log still reaches S3.
         limit = max(60.0, float(job.job.get("max_seconds") or 8 * 3600) - 300)

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -147,8 +148,9 @@ def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list
     failed = [r for r in results if not r["ok"]]
     if failed:
         raise SmokeFailure(wheel.name, str(failed[0]["check"]), str(failed[0]["detail"]))
-    if proc.returncode != 0:  # a crash (segfault, abort) inside a check: name the check it began
-        raise SmokeFailure(wheel.name, began, f"the test process died (exit status {proc.returncode})")
+    if proc.returncode != 0:  # a crash (segfault, bus error, abort) inside a check: name the check it began
+        how = signal.Signals(-proc.returncode).name if proc.returncode < 0 else f"exit status {proc.returncode}"
+        raise SmokeFailure(wheel.name, began, f"the test process died ({how})")
     return results
 
 

@@ -83,7 +83,10 @@ def _checkout(p: _Paths, name: str, repo: str, ref: str, fatal: bool) -> Stage:
 def _repair_args(job: dict[str, Any], pkg: str, torch: bool) -> list[str]:
     args = ["--plat", job["image"]["manylinux"]]
     cuda = job["accelerator"] == "cuda"
-    excludes = ([] if torch else list(TORCH_LIBS)) + (list(CUDA_LIBS) if cuda else [])
+    # torch's libraries are never grafted: an extension or domain library takes them from the installed
+    # torch, and inside the torch wheel itself they are already present (excluding them also spares
+    # auditwheel a failed hunt for libc10.so on behalf of binaries whose RPATH misses torch/lib).
+    excludes = list(TORCH_LIBS) + (list(CUDA_LIBS) if cuda else [])
     for pattern in excludes:
         args += ["--exclude", pattern]
     if not torch:

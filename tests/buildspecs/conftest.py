@@ -1,0 +1,108 @@
+"""Shared, expensive things for the on-instance tests, built once per session.
+
+- ``cache_dir``: one WF_CACHE_DIR for the session, so the torch build env (pip install
+  torch==2.13.0 from this machine's wheel, ~25 s) is created once and reused by every test and
+  by the runner's own stages, exactly as repeated local builds reuse it.
+- ``torch_repair``: auditwheel's analysis of the real torch wheel takes ~85 s on one core; it
+  starts in the background when first requested and is collected by the test that checks it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.buildspecs.jobs import ROOT
+
+BUNDLE = ROOT / "buildspecs"
+EXAMPLE = ROOT / "examples" / "extension"
+TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def tool_env(cache_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment the runner gives a host-mode stage: tools Python first, wfbuild importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
+    env.update({"PYTHONPATH": str(BUNDLE), "WF_CACHE_DIR": str(cache_dir), "WF_REPAIR_PLAT": "auto", **extra})
+    return env
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    print(proc.stdout[-6000:], proc.stderr[-6000:])
+    return proc
+
+
+def example_source(dest: Path) -> Path:
+    """A clean copy of the example extension (no in-tree build leftovers)."""
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so")
+    shutil.copytree(EXAMPLE, dest, ignore=ignore)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("wf-cache")
+
+
+@pytest.fixture(scope="session")
+def build_env(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the extension job's env-3.11 stage makes: a thin venv over the cached torch==2.13.0 env."""
+    dest = tmp_path_factory.mktemp("envs") / "cp311"
+    argv = [sys.executable, "-m", "wfbuild.envs", "--python", PYTHON, "--dest", str(dest), "--torch", "torch==2.13.0"]
+    argv += ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
+    proc = run(argv, tool_env(cache_dir))
+    assert proc.returncode == 0
+    return dest
+
+
+class Background:
+    """A command started now and collected later (our own child; killed at session end if unfinished)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._handle = log.open("w")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._handle, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 400) -> tuple[int, str]:
+        code = self.proc.wait(timeout=timeout)
+        self._handle.close()
+        return code, self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._handle.close()
+
+
+@pytest.fixture(scope="session")
+def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
+    """``python -m wfbuild.repair`` of the real CPU torch wheel, as the x86_64 CPU job's stage runs it."""
+    from wfbuild.stages import render_stages
+
+    from tests.buildspecs.jobs import jobs
+
+    work = tmp_path_factory.mktemp("torch-work")
+    job = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
+    stage = next(s for s in render_stages(job, work_dir=str(work), bundle_dir=str(BUNDLE)) if s.name == "repair-torch-3.11")
+    raw = Path(stage.argv[stage.argv.index("--in-dir") + 1])
+    raw.mkdir(parents=True)
+    (raw / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)
+    # The job asks for the MPI backend, which the PyPI wheel does not have: that expectation is the
+    # job's, not the wheel's, so it is dropped here; every other argument is the stage's own.
+    argv = list(stage.argv)
+    at = argv.index("libmpi")
+    del argv[at - 1 : at + 1]
+    argv = [sys.executable if a == "python3" else a for a in argv]
+    env = tool_env(cache_dir, WF_REPAIR_PLAT="")
+    background = Background(argv, env, work / "repair.log")
+    yield background, work
+    background.stop()

