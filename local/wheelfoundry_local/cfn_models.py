@@ -11,6 +11,7 @@ attributes (a custom resource's `Data`) are what later `Fn::GetAtt`s resolve to 
   for a callback from host.docker.internal; here the real handler runs in-process and answers either
   by PUT to ResponseURL (cfn-response style, served on 127.0.0.1) or by returning the response.
 - AWS::Scheduler::Schedule / ScheduleGroup: moto has the API but no CloudFormation model.
+- AWS::SSM::Document: moto's model, but with CloudFormation's defaults (JSON, a generated name).
 - AWS::Lambda::Version / Alias: moto's Version has no physical id (Ref gave a Python object) and
   there is no Alias model.
 """
@@ -24,6 +25,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import yaml
 from moto.core.common_models import CloudFormationModel
 
 from ._moto import Patches, lambda_backend, s3_backend, scheduler_backend, sfn_backend
@@ -102,7 +104,12 @@ def _moto_compatible(definition: str) -> str:
     try:
         tree = json.loads(definition)
     except ValueError:
-        return definition  # let moto report the syntax error
+        try:
+            tree = yaml.safe_load(definition)
+        except yaml.YAMLError:
+            return definition  # let moto report the syntax error
+        if not isinstance(tree, dict):
+            return definition
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
@@ -143,7 +150,7 @@ class EmulatedStateMachine(_Model):
         for key, value in (props.get("DefinitionSubstitutions") or {}).items():
             text = json.dumps(value) if isinstance(value, bool) else str(value)
             definition = definition.replace("${" + key + "}", text)
-        definition = _moto_compatible(definition)
+        definition = _moto_compatible(definition)  # also YAML -> JSON (a YAML DefinitionUri)
         name = props.get("StateMachineName") or resource_name[:80]
         tags = [{"key": t["Key"], "value": t["Value"]} for t in props.get("Tags", [])]
         machine = sfn_backend(region_name).create_state_machine(name, definition, props.get("RoleArn", ""), tags=tags)
@@ -355,6 +362,24 @@ class LambdaAlias(_Model):
         raise CustomResourceFailed(f"Lambda::Alias has no attribute {attribute_name}")
 
 
+def _ssm_document_class() -> type[CloudFormationModel]:
+    from moto.ssm.models import Document
+
+    class SsmDocument(Document):  # type: ignore[misc]
+        """moto's model, with CloudFormation's defaults: JSON format and a generated name."""
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+        ) -> Any:
+            props = cloudformation_json["Properties"]
+            props.setdefault("DocumentFormat", "JSON")  # moto rejects a missing format
+            props.setdefault("Name", resource_name)  # moto would use a bare UUID
+            return super().create_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name)
+
+    return SsmDocument
+
+
 EMULATED: dict[str, type[_Model]] = {
     m.cloudformation_type(): m
     for m in (
@@ -371,9 +396,11 @@ EMULATED: dict[str, type[_Model]] = {
 _LOWER_CASE_NAMES = {"AWS::ECR::Repository"}
 
 
-def emulated_class(resource_type: str) -> type[_Model] | None:
+def emulated_class(resource_type: str) -> type[CloudFormationModel] | None:
     if resource_type.startswith("Custom::"):
         return CustomResource
+    if resource_type == "AWS::SSM::Document":
+        return _ssm_document_class()
     return EMULATED.get(resource_type)
 
 

@@ -3,6 +3,7 @@
 1. Package like `sam package`: each local CodeUri/Code/ContentUri directory is zipped and uploaded to
    an artifacts bucket in moto (moto's Lambda needs the zip to exist); a local DefinitionUri is
    inlined as `Definition` (DefinitionSubstitutions are kept and applied at creation).
+   A definition that is not JSON until substituted is uploaded instead, as sam package does.
 2. Translate SAM to CloudFormation with samtranslator, offline (bundled managed-policy map).
 3. Create the stack with moto's CloudFormation, in-process. Types moto lacks or gets wrong are
    created by cfn_models.py from within the same pass, so intrinsics between them resolve normally.
@@ -145,10 +146,21 @@ class _Packager:
         bucket, key, path = self.upload(uri)
         return f"s3://{bucket}/{key}", path
 
-    def definition(self, uri: str) -> Any:
-        path = self.base / uri
+    def state_machine(self, props: dict[str, Any]) -> None:
+        """Inline a local DefinitionUri as `Definition`. A file that is JSON only after substitution
+        (`"Limit": ${Limit}`) is uploaded instead and referenced as {Bucket, Key}, as `sam package`
+        does for every definition; DefinitionSubstitutions then apply to its text at creation."""
+        path = self.base / props.pop("DefinitionUri")
         text = path.read_text(encoding="utf-8")
-        return json.loads(text) if path.suffix == ".json" else load_template(path)
+        try:
+            props["Definition"] = json.loads(text) if path.suffix == ".json" else None
+        except ValueError:
+            props["Definition"] = None
+        if props["Definition"] is None:
+            del props["Definition"]
+            key = f"{hashlib.sha256(text.encode()).hexdigest()}{path.suffix}"
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=text.encode())
+            props["DefinitionUri"] = {"Bucket": self.bucket, "Key": key}
 
     def package(self, template: dict[str, Any]) -> None:
         global_fn = (template.get("Globals") or {}).get("Function") or {}
@@ -165,9 +177,7 @@ class _Packager:
             elif kind == "AWS::Serverless::LayerVersion" and self.is_local(props.get("ContentUri")):
                 props["ContentUri"], _ = self.s3_uri(props["ContentUri"])
             elif kind == "AWS::Serverless::StateMachine" and self.is_local(props.get("DefinitionUri")):
-                props["Definition"] = self.definition(props.pop("DefinitionUri"))
-            elif kind == "AWS::StepFunctions::StateMachine" and self.is_local(props.get("DefinitionS3Location")):
-                props["DefinitionString"] = json.dumps(self.definition(props.pop("DefinitionS3Location")))
+                self.state_machine(props)
 
 
 class _BundledPolicies:

@@ -158,7 +158,10 @@ def _load_handler(spec: str) -> Callable[..., Any]:
 
 def _accepts_environ(handler: Callable[..., Any]) -> bool:
     try:
-        params = inspect.signature(handler).parameters.values()
+        # follow_wrapped=False: what matters is the object we call. A functools.wraps chain can
+        # end in an inner function with another signature (a decorator that takes **kwargs and
+        # forwards them is what passes `environ` through).
+        params = inspect.signature(handler, follow_wrapped=False).parameters.values()
     except (TypeError, ValueError):
         return False
     return any(p.name == "environ" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

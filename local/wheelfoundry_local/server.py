@@ -30,6 +30,8 @@ MOTO_CONFIG: dict[str, Any] = {
     "lambda": {"use_docker": True},
 }
 
+_QUIET_LOGGERS = {"werkzeug": logging.ERROR, "moto.stepfunctions.parser": logging.CRITICAL}
+
 
 class MotoServer:
     """Start/stop/reset a ThreadedMotoServer and point this process's environment at it."""
@@ -39,7 +41,7 @@ class MotoServer:
         self._server: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._saved_config: dict[str, Any] | None = None
-        self._saved_log_level: int | None = None
+        self._saved_log_levels: dict[str, int] = {}
         self.port = 0
 
     @property
@@ -64,10 +66,12 @@ class MotoServer:
             raise RuntimeError("moto server already started")
         from moto.server import ThreadedMotoServer
 
-        # werkzeug logs every request at INFO: thousands of lines per state-machine run.
-        werkzeug_logger = logging.getLogger("werkzeug")
-        self._saved_log_level = werkzeug_logger.level
-        werkzeug_logger.setLevel(logging.ERROR)
+        # werkzeug logs every request at INFO: thousands of lines per state-machine run. The ASL
+        # interpreter logs every failed state (caught or not) as an ERROR with a multi-kilobyte repr
+        # of the state; the execution history has the same facts in a usable form.
+        for name, level in _QUIET_LOGGERS.items():
+            self._saved_log_levels[name] = logging.getLogger(name).level
+            logging.getLogger(name).setLevel(level)
 
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
@@ -127,6 +131,6 @@ class MotoServer:
                 os.environ[key] = value
         self._saved_env.clear()
         self._forget_boto3_session()
-        if self._saved_log_level is not None:
-            logging.getLogger("werkzeug").setLevel(self._saved_log_level)
-            self._saved_log_level = None
+        for name, level in self._saved_log_levels.items():
+            logging.getLogger(name).setLevel(level)
+        self._saved_log_levels.clear()
