@@ -19,6 +19,7 @@ attributes (a custom resource's `Data`) are what later `Fn::GetAtt`s resolve to 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import uuid
@@ -362,10 +363,11 @@ class LambdaAlias(_Model):
         raise CustomResourceFailed(f"Lambda::Alias has no attribute {attribute_name}")
 
 
+@functools.cache  # one class, however often moto asks
 def _ssm_document_class() -> type[CloudFormationModel]:
     from moto.ssm.models import Document
 
-    class SsmDocument(Document):  # type: ignore[misc]
+    class SsmDocument(Document):
         """moto's model, with CloudFormation's defaults: JSON format and a generated name."""
 
         @classmethod
