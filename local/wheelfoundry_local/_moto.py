@@ -76,6 +76,46 @@ def cfn_backend(region: str) -> Any:
     return cloudformation_backends[ACCOUNT_ID][region]
 
 
+def wake_stopped(execution: Any) -> None:
+    """Let a stopped execution actually end.
+
+    moto's StopExecution only flags the execution; a task waiting for a task token notices when
+    its wait ends (its TimeoutSeconds), so the execution stays RUNNING until then. AWS aborts at
+    once. Interrupting the execution's callback waits lets the interpreter see the stop now.
+    """
+    worker = getattr(execution, "exec_worker", None)
+    pool = getattr(getattr(getattr(worker, "env", None), "callback_pool_manager", None), "_pool", {})
+    for endpoint in list(pool.values()):
+        endpoint.interrupt_all()
+
+
+def install_stop_fix(patches: Patches) -> None:
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    original = StepFunctionsParserBackend.stop_execution  # inherited from StepFunctionBackend
+
+    def stop_execution(backend: Any, execution_arn: str, *args: Any, **kwargs: Any) -> Any:
+        execution = original(backend, execution_arn, *args, **kwargs)
+        wake_stopped(execution)
+        return execution
+
+    patches.set(StepFunctionsParserBackend, "stop_execution", stop_execution)
+
+    # The interrupted wait surfaces as an error, and moto's set_error overwrites "stopped": the
+    # execution would end FAILED. On AWS a stopped execution is ABORTED, whatever is in flight.
+    from moto.stepfunctions.parser.asl.eval.environment import Environment
+    from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+
+    def wrap(set_error: Callable[..., None]) -> Callable[..., None]:
+        def keep_stopped(env: Any, error: Any) -> None:
+            if not isinstance(env._program_state, ProgramStopped):
+                set_error(env, error)
+
+        return keep_stopped
+
+    patches.wrap(Environment, "set_error", wrap)
+
+
 class Patches:
     """A set of attribute replacements that can be undone in reverse order.
 

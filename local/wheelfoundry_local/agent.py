@@ -136,6 +136,7 @@ class SsmAgent:
         self.wait_idle(15)
         with self._lock:
             self._threads.clear()
+            self._runs.clear()
         self._closing = False
 
     # -- one invocation -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import boto3
 
 from . import cfn_models
-from ._moto import DEFAULT_REGION, Patches, sfn_backend, utcnow
+from ._moto import DEFAULT_REGION, Patches, install_stop_fix, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
 from .deploy import DeployedStack, deploy
 from .events import EventDelivery, ExecutionWatcher
@@ -90,6 +90,7 @@ class EmbeddedAws:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self.server.start()
             self.runtime.install()
+            install_stop_fix(self._patches)
             cfn_models.install(self._patches, self.runtime)
             self.events.install()
             self.agent = SsmAgent(
@@ -139,6 +140,7 @@ class EmbeddedAws:
             for execution in list(getattr(machine, "executions", [])):
                 if execution.exec_status is not None and execution.exec_status.value == "RUNNING":
                     execution.stop(stop_date=utcnow(), error="wheelfoundry_local.Reset", cause="EmbeddedAws stopped")
+                    wake_stopped(execution)
 
     # -- handles -------------------------------------------------------------------------------
     @property
