@@ -83,9 +83,9 @@ def test_send_command_validates_against_the_document(aws: EmbeddedAws, stack: De
     instance_id = launch(aws)
     online(aws, instance_id)
     ssm = aws.client("ssm")
-    with pytest.raises(ClientError, match="InvalidParameters.*Bogus is not a parameter"):
+    with pytest.raises(ClientError, match=r"InvalidParameters.*Bogus is not a parameter"):
         send(aws, stack, instance_id, Bogus="1")
-    with pytest.raises(ClientError, match="InvalidParameters.*allowedPattern"):
+    with pytest.raises(ClientError, match=r"InvalidParameters.*allowedPattern"):
         send(aws, stack, instance_id, Mode="rm -rf /")
     with pytest.raises(ClientError, match="InvalidDocument"):
         ssm.send_command(DocumentName="no-such-document", InstanceIds=[instance_id])
