@@ -7,6 +7,7 @@ to start from.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import threading
 from collections.abc import Callable
@@ -89,8 +90,29 @@ def wake_stopped(execution: Any) -> None:
         endpoint.interrupt_all()
 
 
-def install_stop_fix(patches: Patches) -> None:
+def _state_machine_deepcopy(machine: Any, memo: dict[int, Any]) -> Any:
+    cls = type(machine)
+    clone = cls.__new__(cls)
+    memo[id(machine)] = clone
+    for key, value in vars(machine).items():
+        if key == "executions":
+            clone.__dict__[key] = []  # the clone belongs to one new execution
+        elif key in ("backend", "versions", "aliases", "latest_version"):
+            clone.__dict__[key] = value  # shared, as they would be on AWS
+        else:
+            clone.__dict__[key] = copy.deepcopy(value, memo)
+    return clone
+
+
+def install_sfn_fixes(patches: Patches) -> None:
+    """Fixes for moto's executing Step Functions; each is what AWS does."""
+    from moto.stepfunctions.models import StateMachine
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    # StartExecution deep-copies the state machine, which references its backend and through it
+    # every execution with its threads and locks: the second execution in a region failed with
+    # "cannot pickle '_thread.RLock' object". Copy the definition, share the rest.
+    patches.set(StateMachine, "__deepcopy__", _state_machine_deepcopy)
 
     original = StepFunctionsParserBackend.stop_execution  # inherited from StepFunctionBackend
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import boto3
 
 from . import cfn_models
-from ._moto import DEFAULT_REGION, Patches, install_stop_fix, sfn_backend, utcnow, wake_stopped
+from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
 from .deploy import DeployedStack, deploy
 from .events import EventDelivery, ExecutionWatcher
@@ -90,7 +90,7 @@ class EmbeddedAws:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             self.server.start()
             self.runtime.install()
-            install_stop_fix(self._patches)
+            install_sfn_fixes(self._patches)
             cfn_models.install(self._patches, self.runtime)
             self.events.install()
             self.agent = SsmAgent(

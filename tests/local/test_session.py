@@ -1,0 +1,82 @@
+"""EmbeddedAws lifecycle: the server, environment hygiene, reset, one instance per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from wheelfoundry_local import EmbeddedAws
+from wheelfoundry_local.server import MotoServer
+
+from .conftest import TEMPLATE
+
+
+def test_server_points_this_process_at_itself_and_restores_the_environment() -> None:
+    before = dict(os.environ)
+    server = MotoServer("eu-west-1")
+    server.start()
+    try:
+        assert os.environ["AWS_ENDPOINT_URL"] == server.endpoint == f"http://127.0.0.1:{server.port}"
+        assert os.environ["MOTO_PORT"] == str(server.port)
+        assert os.environ["AWS_REGION"] == os.environ["AWS_DEFAULT_REGION"] == "eu-west-1"
+        assert "AWS_PROFILE" not in os.environ
+    finally:
+        server.stop()
+    assert dict(os.environ) == before
+
+
+def test_only_one_instance_per_process(aws: EmbeddedAws, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="another EmbeddedAws"), EmbeddedAws(tmp_path):
+        pass
+    assert aws.client("s3").list_buckets()["Buckets"] == []  # the active one still works
+
+
+def test_reset_empties_the_account(aws: EmbeddedAws) -> None:
+    stack = aws.deploy(TEMPLATE)
+    aws.faults.inject("RedFunction", "X")
+    assert aws.invocations.all() and aws.client("s3").list_buckets()["Buckets"]
+    aws.reset()
+    assert aws.invocations.all() == [] and aws.faults.pending() == {}
+    assert aws.client("s3").list_buckets()["Buckets"] == []
+    assert aws.client("cloudformation").list_stacks()["StackSummaries"] == []
+    assert aws.client("stepfunctions").list_state_machines()["stateMachines"] == []
+    assert stack.name == "wheelfoundry"
+
+
+def test_a_full_session_leaves_the_process_as_it_found_it(tmp_path: Path) -> None:
+    """In a fresh interpreter: deploy, run, exit; environment, moto and threads are restored."""
+    script = textwrap.dedent(
+        f"""
+        import json, os, threading
+        from moto.awslambda.models import LambdaFunction
+        from moto.core.config import default_user_config
+        from wheelfoundry_local import EmbeddedAws
+        env, runner = dict(os.environ), LambdaFunction._invoke_lambda
+        config = json.dumps(default_user_config, sort_keys=True)
+        with EmbeddedAws({str(tmp_path)!r}) as aws:
+            stack = aws.deploy({str(TEMPLATE)!r})
+            result = aws.wait_execution(aws.start_execution(stack.state_machine("ColorsMachine"), {{"items": [1]}}))
+            inside = os.environ["AWS_ENDPOINT_URL"]
+        print(json.dumps({{
+            "status": result.status,
+            "inside": inside,
+            "env_restored": dict(os.environ) == env,
+            "runner_restored": LambdaFunction._invoke_lambda is runner,
+            "config_restored": json.dumps(default_user_config, sort_keys=True) == config,
+            "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("wf-")),
+        }}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == "SUCCEEDED"
+    assert report["inside"].startswith("http://127.0.0.1:")
+    assert report["env_restored"] and report["runner_restored"] and report["config_restored"]
+    assert report["threads"] == []
