@@ -91,8 +91,7 @@ def wake_stopped(execution: Any) -> None:
 
 
 def _state_machine_deepcopy(machine: Any, memo: dict[int, Any]) -> Any:
-    cls = type(machine)
-    clone = cls.__new__(cls)
+    clone = object.__new__(type(machine))
     memo[id(machine)] = clone
     for key, value in vars(machine).items():
         if key == "executions":

@@ -33,8 +33,6 @@ from ._moto import ACCOUNT_ID, Patches, ec2_backend, iso, utcnow
 from .events import EventDelivery
 
 Output = Callable[[str, str, str], None]  # (instance id, command id, line)
-FINAL = ("Success", "Failed", "TimedOut", "Cancelled")
-_STDOUT_LIMIT, _STDERR_LIMIT = 24_000, 8_000  # what GetCommandInvocation returns on AWS
 
 
 @dataclass
@@ -271,29 +269,7 @@ class SsmAgent:
         self, region: str, command: Any, run: CommandRun, status: str, started: Any, stdout: str = "", stderr: str = ""
     ) -> None:
         run.status = status
-        now = utcnow()
-        for invocation in command.invocations:
-            if invocation["InstanceId"] != run.instance_id:
-                continue
-            invocation.update(Status=status, StatusDetails=status)
-            invocation["ExecutionStartDateTime"] = started.isoformat()
-            if status in FINAL:
-                invocation.update(
-                    ResponseCode=run.exit_code if run.exit_code is not None and status in ("Success", "Failed") else -1,
-                    ExecutionEndDateTime=now.isoformat(),
-                    ExecutionElapsedTime=f"PT{(now - started).total_seconds():.3f}S",
-                    StandardOutputContent=stdout[:_STDOUT_LIMIT],
-                    StandardErrorContent=stderr[:_STDERR_LIMIT],
-                )
-        states = [i["Status"] for i in command.invocations]
-        done = [s for s in states if s in FINAL]
-        command.completed_count = len(done)
-        command.error_count = sum(s in ("Failed", "TimedOut") for s in done)
-        if len(done) < len(states):
-            command.status = command.status_details = "InProgress"
-        else:
-            worst = next((s for s in ("Failed", "TimedOut", "Cancelled") if s in done), "Success")
-            command.status = command.status_details = worst
+        ssm_ext.record_status(command, run.instance_id, status, started, run.exit_code, stdout, stderr)
         if self._closing:
             return
         detail = {

@@ -10,16 +10,12 @@ attributes (a custom resource's `Data`) are what later `Fn::GetAtt`s resolve to 
 - Custom::* / AWS::CloudFormation::CustomResource: moto would invoke the function in Docker and wait
   for a callback from host.docker.internal; here the real handler runs in-process and answers either
   by PUT to ResponseURL (cfn-response style, served on 127.0.0.1) or by returning the response.
-- AWS::Scheduler::Schedule / ScheduleGroup: moto has the API but no CloudFormation model.
-- AWS::SSM::Document: moto's model, but with CloudFormation's defaults (JSON, a generated name).
-- AWS::Lambda::Version / Alias: moto's Version has no physical id (Ref gave a Python object) and
-  there is no Alias model.
+- Scheduler, Lambda Version/Alias and SSM Document models: cfn_services.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import threading
 import uuid
@@ -29,12 +25,17 @@ from typing import Any
 import yaml
 from moto.core.common_models import CloudFormationModel
 
-from ._moto import Patches, lambda_backend, s3_backend, scheduler_backend, sfn_backend
+from ._moto import Patches, s3_backend, sfn_backend
+from .cfn_services import (
+    CustomResourceFailed,
+    LambdaAlias,
+    LambdaVersion,
+    Model,
+    SchedulerSchedule,
+    SchedulerScheduleGroup,
+    ssm_document_class,
+)
 from .lambdas import LambdaRuntime
-
-
-class CustomResourceFailed(Exception):
-    """A custom resource answered FAILED, raised, never answered, or lacks a requested attribute."""
 
 
 class _Active:
@@ -88,18 +89,6 @@ def _stringify(value: Any) -> Any:
     return value if isinstance(value, str) else str(value)
 
 
-class _Model(CloudFormationModel):
-    physical_id = ""
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.physical_id
-
-
 def _moto_compatible(definition: str) -> str:
     """Rewrite what AWS accepts but moto's ASL grammar rejects (same meaning on AWS)."""
     try:
@@ -124,7 +113,7 @@ def _moto_compatible(definition: str) -> str:
     return json.dumps(walk(tree))
 
 
-class EmulatedStateMachine(_Model):
+class EmulatedStateMachine(Model):
     def __init__(self, machine: Any) -> None:
         self.machine = machine
         self.physical_id = machine.arn
@@ -173,7 +162,7 @@ class EmulatedStateMachine(_Model):
         sfn_backend(region_name).delete_state_machine(resource_name)
 
 
-class CustomResource(_Model):
+class CustomResource(Model):
     def __init__(self, region: str, props: dict[str, Any], event: dict[str, Any], response: dict[str, Any]) -> None:
         self.region = region
         self.properties = props
@@ -243,146 +232,7 @@ class CustomResource(_Model):
             self.call(region, event)
 
 
-class SchedulerSchedule(_Model):
-    def __init__(self, schedule: Any, region: str) -> None:
-        self.schedule = schedule
-        self.region = region
-        self.physical_id = schedule.name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Scheduler::Schedule"
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
-    ) -> SchedulerSchedule:
-        p = cloudformation_json["Properties"]
-        schedule = scheduler_backend(region_name).create_schedule(
-            description=p.get("Description"),
-            end_date=p.get("EndDate"),
-            flexible_time_window=p.get("FlexibleTimeWindow") or {"Mode": "OFF"},
-            group_name=p.get("GroupName"),
-            kms_key_arn=p.get("KmsKeyArn"),
-            name=p.get("Name") or resource_name[:64],
-            schedule_expression=p["ScheduleExpression"],
-            schedule_expression_timezone=p.get("ScheduleExpressionTimezone"),
-            start_date=p.get("StartDate"),
-            state=p.get("State"),
-            target=p["Target"],
-            action_after_completion=p.get("ActionAfterCompletion"),
-        )
-        return cls(schedule, region_name)
-
-    def get_cfn_attribute(self, attribute_name: str) -> Any:
-        if attribute_name == "Arn":
-            return self.schedule.arn
-        raise CustomResourceFailed(f"Schedule has no attribute {attribute_name}")
-
-    def delete(self, account_id: str, region: str) -> None:
-        scheduler_backend(region).delete_schedule(self.schedule.group_name, self.schedule.name)
-
-
-class SchedulerScheduleGroup(_Model):
-    def __init__(self, group: Any) -> None:
-        self.group = group
-        self.physical_id = group.name
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Scheduler::ScheduleGroup"
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
-    ) -> SchedulerScheduleGroup:
-        p = cloudformation_json["Properties"]
-        group = scheduler_backend(region_name).create_schedule_group(
-            p.get("Name") or resource_name[:64], p.get("Tags", [])
-        )
-        return cls(group)
-
-    def get_cfn_attribute(self, attribute_name: str) -> Any:
-        if attribute_name == "Arn":
-            return self.group.arn
-        raise CustomResourceFailed(f"ScheduleGroup has no attribute {attribute_name}")
-
-    def delete(self, account_id: str, region: str) -> None:
-        scheduler_backend(region).delete_schedule_group(self.group.name)
-
-
-class LambdaVersion(_Model):
-    """moto's model has no physical id, so `!Ref Fn.Version` resolved to a Python object."""
-
-    def __init__(self, version: Any) -> None:
-        self.version = version
-        self.physical_id = version.function_arn  # the qualified ARN, as Ref returns on AWS
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Lambda::Version"
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
-    ) -> LambdaVersion:
-        p = cloudformation_json["Properties"]
-        return cls(lambda_backend(region_name).publish_version(p["FunctionName"], p.get("Description", "")))
-
-    def get_cfn_attribute(self, attribute_name: str) -> Any:
-        if attribute_name == "Version":
-            return str(self.version.version)
-        if attribute_name == "FunctionArn":
-            return self.version.function_arn
-        raise CustomResourceFailed(f"Lambda::Version has no attribute {attribute_name}")
-
-
-class LambdaAlias(_Model):
-    def __init__(self, alias: Any) -> None:
-        self.alias = alias
-        self.physical_id = alias.arn
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Lambda::Alias"
-
-    @classmethod
-    def create_from_cloudformation_json(
-        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
-    ) -> LambdaAlias:
-        p = cloudformation_json["Properties"]
-        version = str(p["FunctionVersion"]).rsplit(":", 1)[-1]  # a version number or a version ARN
-        alias = lambda_backend(region_name).create_alias(
-            p["Name"], p["FunctionName"], version, p.get("Description", ""), p.get("RoutingConfig")
-        )
-        return cls(alias)
-
-    def get_cfn_attribute(self, attribute_name: str) -> Any:
-        if attribute_name == "AliasArn":
-            return self.alias.arn
-        raise CustomResourceFailed(f"Lambda::Alias has no attribute {attribute_name}")
-
-
-@functools.cache  # one class, however often moto asks
-def _ssm_document_class() -> type[CloudFormationModel]:
-    from moto.ssm.models import Document
-
-    class SsmDocument(Document):
-        """moto's model, with CloudFormation's defaults: JSON format and a generated name."""
-
-        @classmethod
-        def create_from_cloudformation_json(
-            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
-        ) -> Any:
-            props = cloudformation_json["Properties"]
-            props.setdefault("DocumentFormat", "JSON")  # moto rejects a missing format
-            props.setdefault("Name", resource_name)  # moto would use a bare UUID
-            return super().create_from_cloudformation_json(resource_name, cloudformation_json, account_id, region_name)
-
-    return SsmDocument
-
-
-EMULATED: dict[str, type[_Model]] = {
+EMULATED: dict[str, type[Model]] = {
     m.cloudformation_type(): m
     for m in (
         EmulatedStateMachine,
@@ -402,7 +252,7 @@ def emulated_class(resource_type: str) -> type[CloudFormationModel] | None:
     if resource_type.startswith("Custom::"):
         return CustomResource
     if resource_type == "AWS::SSM::Document":
-        return _ssm_document_class()
+        return ssm_document_class()
     return EMULATED.get(resource_type)
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from ._moto import ACCOUNT_ID, Patches, ec2_backend, ssm_backend
 
+FINAL = ("Success", "Failed", "TimedOut", "Cancelled")
+_STDOUT_LIMIT, _STDERR_LIMIT = 24_000, 8_000  # what GetCommandInvocation returns on AWS
 OnCommand = Callable[[str, Any], None]  # (region, moto Command) -> None
 OnCancel = Callable[[str, str, list[str]], None]  # (region, command id, instance ids) -> None
 
@@ -93,6 +95,33 @@ def validate_parameters(declared: dict[str, Any], given: dict[str, list[str]]) -
                 problems.append(f"{name}: {value!r} is not one of {allowed}")
     if problems:
         raise _ssm_error("InvalidParameters", "; ".join(problems))
+
+
+def record_status(
+    command: Any, instance_id: str, status: str, started: dt.datetime, exit_code: int | None, stdout: str, stderr: str
+) -> None:
+    """Write an invocation's status into moto's command, and the command's aggregate status."""
+    now = dt.datetime.now(tz=dt.UTC)
+    for invocation in command.invocations:
+        if invocation["InstanceId"] != instance_id:
+            continue
+        invocation.update(Status=status, StatusDetails=status, ExecutionStartDateTime=started.isoformat())
+        if status in FINAL:
+            invocation.update(
+                ResponseCode=exit_code if exit_code is not None and status in ("Success", "Failed") else -1,
+                ExecutionEndDateTime=now.isoformat(),
+                ExecutionElapsedTime=f"PT{(now - started).total_seconds():.3f}S",
+                StandardOutputContent=stdout[:_STDOUT_LIMIT],
+                StandardErrorContent=stderr[:_STDERR_LIMIT],
+            )
+    done = [i["Status"] for i in command.invocations if i["Status"] in FINAL]
+    command.completed_count = len(done)
+    command.error_count = sum(s in ("Failed", "TimedOut") for s in done)
+    if len(done) < len(command.invocations):
+        command.status = command.status_details = "InProgress"
+    else:
+        worst = next((s for s in ("Failed", "TimedOut", "Cancelled") if s in done), "Success")
+        command.status = command.status_details = worst
 
 
 def install(patches: Patches, registration: Registration, on_command: OnCommand, on_cancel: OnCancel) -> None:

@@ -203,3 +203,21 @@ def test_aborting_a_waiting_execution_is_delivered_as_aborted(aws: EmbeddedAws, 
     assert json.loads(detail["input"]) == request
     terminate(aws, instance_id)  # the reaper's job on AWS; here the test's
     wait_for(lambda: [r.status for r in aws.agent.runs()] == ["Cancelled"])  # type: ignore[union-attr]
+
+
+def test_command_output_goes_to_s3_when_asked(aws: EmbeddedAws, stack: DeployedStack) -> None:
+    instance_id = launch(aws)
+    online(aws, instance_id)
+    response = aws.client("ssm").send_command(
+        DocumentName=stack.document_name(),
+        InstanceIds=[instance_id],
+        Parameters={"Mode": ["logged"]},
+        OutputS3BucketName=stack.bucket(),
+        OutputS3KeyPrefix="ssm/",
+    )
+    command_id = response["Command"]["CommandId"]
+    assert finished(aws, command_id, instance_id)["Status"] == "Success"
+    key = f"ssm/{command_id}/{instance_id}/awsrunShellScript/0.awsrunShellScript/stdout"
+    body = aws.client("s3").get_object(Bucket=stack.bucket(), Key=key)["Body"].read().decode()
+    assert "started mode=logged" in body
+    terminate(aws, instance_id)
