@@ -165,7 +165,8 @@ class SsmAgent:
         env.update(
             {
                 "WF_CONTAINER": "none",
-                "WF_INSTANCE_ROOT": str(root),
+                # The Build document puts job work under ${WF_WORK_ROOT:-/var/lib/wheelfoundry}.
+                "WF_WORK_ROOT": str(root / "work"),
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                 "PYTHONUNBUFFERED": "1",
                 "TMPDIR": str(root / "tmp"),
