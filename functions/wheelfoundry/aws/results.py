@@ -47,8 +47,11 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     published: list[str] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
-    for wheel in manifest.get("wheels", []):
+    in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
+    for wheel in build.get("wheels", []):
         filename, source, sha = wheel["filename"], wheel["key"], wheel["sha256"]
+        if in_manifest.get(filename) != sha:
+            raise ManifestInvalid(f"{job['id']}: {filename} is not in the manifest with sha256 {sha}")
         head = _head(s3, bucket, source)
         if head is None or head.get("Metadata", {}).get("sha256") != sha:
             raise ManifestInvalid(f"{job['id']}: {source} is missing or its sha256 differs from the manifest")

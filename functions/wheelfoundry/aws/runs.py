@@ -26,6 +26,7 @@ class ValidateSettings:
     max_jobs: int
     max_instance_hours: float
     heartbeat_seconds: int
+    max_concurrency: int
 
 
 def job_summary(job: Job, prefix: str) -> dict[str, Any]:
@@ -88,6 +89,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "config": {
             "heartbeat_seconds": settings.heartbeat_seconds,
             "runner_heartbeat_seconds": max(1, settings.heartbeat_seconds // 3),
+            "max_concurrency": settings.max_concurrency,
         },
         "jobs": summaries,
         "estimate": {"instance_hours": plan.hours, "usd": plan.usd},

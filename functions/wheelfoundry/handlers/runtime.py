@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
+
+# Most handlers publish no metric on most calls; Powertools would warn about that every time.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service="wheelfoundry")
 tracer = Tracer(service="wheelfoundry")
