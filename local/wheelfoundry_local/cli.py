@@ -1,0 +1,43 @@
+"""``wheelfoundry local ...``: the embedded AWS from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quiet_handlers() -> None:
+    # Set before any handler is imported: Powertools reads them when its objects are built.
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    _quiet_handlers()
+    from .demo import run_demo
+
+    return run_demo(
+        ROOT,
+        Path(args.request),
+        Path(args.source),
+        Path(args.state_dir).resolve(),
+        Path(args.dist).resolve(),
+        timeout=args.timeout,
+    )
+
+
+def add_local_commands(sub: Any) -> None:
+    local = sub.add_parser("local", help="run WheelFoundry in the embedded AWS on this machine")
+    local_sub = local.add_subparsers(dest="local_command", required=True)
+    demo = local_sub.add_parser("demo", help="build, publish, install and test the example extension")
+    demo.add_argument("--request", default=str(ROOT / "examples/requests/extension-demo.json"))
+    demo.add_argument("--source", default=str(ROOT / "examples/extension"), help="the extension's source folder")
+    demo.add_argument("--state-dir", default=".wf-local", help="instances' work roots, command logs, the test venv")
+    demo.add_argument("--dist", default="dist", help="where the built wheels are copied")
+    demo.add_argument("--timeout", type=float, default=1800)
+    demo.set_defaults(func=_demo)

@@ -1,0 +1,174 @@
+"""The main job: a real extension wheel built, published, installed and tested, all on this machine.
+
+1. the embedded AWS starts and the real template.yaml is deployed into it;
+2. examples/extension is uploaded as a source tarball, as a user would upload theirs;
+3. the real state machine runs examples/requests/extension-demo.json, with progress per job;
+4. the wheel is installed from the emulated index into a fresh venv and the extension's tests run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from urllib.parse import urljoin
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelfoundry.index_server import serving
+
+from .progress import Progress
+from .session import EmbeddedAws, ExecutionResult
+
+SKIP = re.compile(r"(^|/)(__pycache__|build|dist|\.pytest_cache|[^/]*\.egg-info)(/|$)|\.(so|pyc)$")
+Print = Callable[[str], None]
+
+
+def pack_source(folder: Path, name: str) -> bytes:
+    """A reproducible tar.gz of a source tree, without build leftovers."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            relative = path.relative_to(folder).as_posix()
+            if SKIP.search(relative):
+                continue
+            info = tar.gettarinfo(str(path), arcname=f"{name}/{relative}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with path.open("rb") as handle:
+                tar.addfile(info, handle)
+    return buffer.getvalue()
+
+
+def run_request(
+    aws: EmbeddedAws, stack: Any, request: dict[str, Any], out: Print, progress: Progress, timeout: float
+) -> ExecutionResult:
+    arn = aws.start_execution(stack.state_machine_arn, request)
+    out(f"started {arn.rsplit(':', 1)[-1]}")
+    sfn = aws.client("stepfunctions")
+    deadline, last_tick = time.monotonic() + timeout, 0.0
+    while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
+        for line in progress.update(stack, aws.invocations):
+            out(line)
+        if time.monotonic() - last_tick > 15:
+            last_tick = time.monotonic()
+            for line in progress.lines():
+                out(line)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the execution did not finish in {timeout:.0f}s")
+        time.sleep(0.5)
+    for line in progress.update(stack, aws.invocations):
+        out(line)
+    return aws.wait_execution(arn, timeout=5)
+
+
+@dataclass(frozen=True)
+class Wheel:
+    filename: str
+    url: str
+    sha256: str
+
+
+def index_wheels(base: str, channel: str, project: str) -> list[Wheel]:
+    page_url = f"{base}/simple/{channel}/{project}/"
+    page = urllib.request.urlopen(page_url).read().decode()  # noqa: S310 - our own 127.0.0.1 proxy
+    found = []
+    for href, name in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', page):
+        link, _, fragment = href.replace("&amp;", "&").partition("#sha256=")
+        found.append(Wheel(name, urljoin(page_url, link), fragment))
+    return found
+
+
+def install_and_test(index: str, project: str, torch_version: str, tests: Path, venv: Path, out: Print) -> int:
+    """A user's view: a fresh venv, their torch, the wheel from the index, the extension's tests."""
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-warn-script-location",
+    ]
+    out(f"installing torch=={torch_version} and pytest into a fresh venv ({venv})")
+    subprocess.run([*pip, f"torch=={torch_version}", "numpy", "pytest"], check=True)
+    out(f"installing {project} from the index: pip install --index-url {index} {project}")
+    # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
+    subprocess.run([*pip, "--isolated", "--index-url", index, project], check=True)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", f"import {project.replace('-', '_')} as m; print(m.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    out(f"imported from {where}")
+    out(f"running the extension's tests: {tests}")
+    # Own ini file, importlib mode and another working directory: the tests import the installed
+    # wheel, never the source tree, and no configuration of this repository applies.
+    ini = venv / "pytest.ini"
+    ini.write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n")
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-c", str(ini), "--rootdir", str(venv), str(tests)],
+        cwd=venv,
+        check=False,
+    )
+    return result.returncode
+
+
+def run_demo(
+    root: Path, request_path: Path, source: Path, state_dir: Path, dist: Path, out: Print = print, timeout: float = 1800
+) -> int:
+    request = json.loads(request_path.read_text())
+    project = request["name"]
+    progress = Progress()
+    started = time.monotonic()
+    with EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
+        out("deploying template.yaml into the embedded AWS (moto server on 127.0.0.1)")
+        stack = aws.deploy(root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+        s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+        body = pack_source(source, project)
+        key = f"sources/{project}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        request["source"] = {"s3": f"s3://{bucket}/{key}"}
+        out(f"uploaded {source} as s3://{bucket}/{key}; running {request_path.name}")
+        result = run_request(aws, stack, request, out, progress, timeout)
+        if not result.succeeded:
+            out(f"execution {result.status}: {result.error}: {result.cause}")
+            return 1
+        channel = result.output["channel"]
+        with serving(s3, bucket) as base:
+            index = f"{base}/simple/{channel}/"
+            wheels = index_wheels(base, channel, project)
+            dist.mkdir(parents=True, exist_ok=True)
+            out("\nwheels published:")
+            for wheel in wheels:
+                data = urllib.request.urlopen(wheel.url).read()  # noqa: S310 - our own 127.0.0.1 proxy
+                assert hashlib.sha256(data).hexdigest() == wheel.sha256, f"{wheel.filename}: sha256 mismatch"
+                (dist / wheel.filename).write_bytes(data)
+                out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
+            out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
+            torch_version = next(iter(request["torch"]))
+            code = install_and_test(
+                index, project, _exact_torch(torch_version), source / "tests", state_dir / "demo-venv", out
+            )
+        left = aws.instances()
+        out(f"instances still pending/running in the emulator: {len(left)}")
+    out(f"demo {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
+    return 0 if code == 0 and not left else 1
+
+
+def _exact_torch(spec: str) -> str:
+    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.resolve import resolve_version
+
+    return resolve_version(spec, load_catalog()).torch_version or spec

@@ -1,0 +1,98 @@
+"""Each job's phase and elapsed time, read from what the embedded AWS records.
+
+Phases follow the state machine: launching, waiting for the SSM agent, building (with the runner's
+latest stage), collecting, then the outcome Terminate recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .deploy import DeployedStack
+from .lambdas import InvocationLog
+
+
+@dataclass
+class JobView:
+    job_id: str
+    phase: str = "launching"
+    started: float = field(default_factory=time.monotonic)
+    instance: str | None = None
+    stage: str = ""
+    done: bool = False
+
+    def line(self) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        detail = f" ({self.stage})" if self.stage and self.phase == "building" else ""
+        return f"  {self.job_id:<48} {self.phase + detail:<60} {elapsed // 60:d}:{elapsed % 60:02d}"
+
+
+class Progress:
+    """Fed by the agent's output callback and by polling the invocation log."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.jobs: dict[str, JobView] = {}
+        self._stage_by_instance: dict[str, str] = {}
+        self._reported: dict[str, tuple[str, str]] = {}
+
+    def on_output(self, instance_id: str, command_id: str, line: str) -> None:
+        marker = "] stage "
+        if marker in line:  # "[wfbuild 03:48:12] stage repair-wf-example-ops-3.11: succeeded in 0.9s"
+            stage = line.split(marker, 1)[1].split(":", 1)[0]
+            with self._lock:
+                self._stage_by_instance[instance_id] = stage
+
+    def update(self, stack: DeployedStack, invocations: InvocationLog) -> list[str]:
+        """Refresh from the invocation log; returns the lines that changed."""
+        names = {
+            stack.function_name(lid): lid
+            for lid in ("LaunchFunction", "AwaitAgentFunction", "CollectFunction", "TerminateFunction")
+        }
+        by_instance: dict[str | None, JobView] = {j.instance: j for j in self.jobs.values() if j.instance}
+        for call in invocations.all():
+            kind = names.get(call.function_name)
+            event: dict[str, Any] = call.event if isinstance(call.event, dict) else {}
+            job = self._job_for(kind, event, by_instance)
+            if job is None or job.done:
+                continue
+            if kind == "LaunchFunction" and call.ok:
+                job.instance = call.result.get("instance_id")
+                job.phase = "waiting for the SSM agent"
+                by_instance[job.instance] = job
+            elif kind == "AwaitAgentFunction" and call.ok:
+                job.phase = "building"
+            elif kind == "CollectFunction" and call.ok:
+                job.phase = "collecting"
+            elif kind == "TerminateFunction" and call.ok:
+                job.phase = f"{call.result.get('status')}, instance terminated"
+                job.done = True
+        changed = []
+        with self._lock:
+            for job in self.jobs.values():
+                job.stage = self._stage_by_instance.get(job.instance or "", "")
+                if self._reported.get(job.job_id) != (job.phase, job.stage):
+                    self._reported[job.job_id] = (job.phase, job.stage)
+                    changed.append(job.line())
+        return changed
+
+    def _job_for(
+        self, kind: str | None, event: dict[str, Any], by_instance: dict[str | None, JobView]
+    ) -> JobView | None:
+        if kind in ("LaunchFunction", "CollectFunction"):
+            job_id = event.get("job", {}).get("id")
+        elif kind == "TerminateFunction":
+            job_id = event.get("state", {}).get("job", {}).get("id")
+        elif kind == "AwaitAgentFunction":
+            return by_instance.get(event.get("instance_id"))
+        else:
+            return None
+        if not job_id:
+            return None
+        return self.jobs.setdefault(job_id, JobView(job_id))
+
+    def lines(self) -> list[str]:
+        return [job.line() for job in self.jobs.values()]
