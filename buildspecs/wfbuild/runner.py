@@ -126,7 +126,7 @@ class Job:
             env = dict(self.environ)
             self.runner.on_abort = [lambda: subprocess.run(["docker", "kill", name], capture_output=True, check=False)]
         self.log.note(f"stage {stage.name}: {' '.join(stage.argv)}")
-        tail: collections.deque[str] = collections.deque(maxlen=60)
+        tail: collections.deque[str] = collections.deque(maxlen=120)
         started = time.monotonic()
         code = self.runner.run(argv, env, self.work, tail)
         self.runner.on_abort = []
@@ -147,7 +147,7 @@ class Job:
             "seconds": round(time.monotonic() - started, 2),
             "exit_status": code,
             "error": error,
-            "log_tail": "\n".join(tail)[-4000:],
+            "log_tail": "\n".join(tail)[-8000:],
         }
 
     def _write_results(self) -> None:

@@ -92,7 +92,9 @@ def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
     work = tmp_path_factory.mktemp("torch-work")
     job = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
-    stage = next(s for s in render_stages(job, work_dir=str(work), bundle_dir=str(BUNDLE)) if s.name == "repair-torch-3.11")
+    stage = next(
+        s for s in render_stages(job, work_dir=str(work), bundle_dir=str(BUNDLE)) if s.name == "repair-torch-3.11"
+    )
     raw = Path(stage.argv[stage.argv.index("--in-dir") + 1])
     raw.mkdir(parents=True)
     (raw / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)

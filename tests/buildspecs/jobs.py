@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from wfbuild.stages import render_stages
-
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -89,3 +88,19 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def plan_extension_job(name: str, source_s3: str, keep_on_failure: bool = False) -> dict[str, Any]:
+    """The job Validate would write for a one-cell extension request against this machine's torch."""
+    raw = {
+        "framework": "extension",
+        "name": name,
+        "source": {"s3": source_s3},
+        "torch": ["2.13"],
+        "cuda": ["cpu"],
+        "python": ["3.11"],
+        "torch_index": "pip",  # this host's pip configuration: torch 2.13.0 from its local wheel
+        "options": {"keep_on_failure": keep_on_failure},
+    }
+    (job,) = plan_request(parse_request(raw), load_catalog(), load_config(), today=TODAY).jobs
+    return job.to_dict()

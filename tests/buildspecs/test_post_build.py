@@ -76,7 +76,9 @@ def repaired(library: dict[str, Any]) -> Path:
 
 def test_naive_auditwheel_fails_and_the_stage_does_not(library: dict[str, Any], repaired: Path, tmp_path: Path) -> None:
     (raw,) = Path(library["stages"]["build-torchvision-3.11"].env["WF_OUT_DIR"]).glob("*.whl")
-    naive = run([sys.executable, "-m", "auditwheel", "repair", "-w", str(tmp_path), str(raw)], tool_env(library["cache"]))
+    naive = run(
+        [sys.executable, "-m", "auditwheel", "repair", "-w", str(tmp_path), str(raw)], tool_env(library["cache"])
+    )
     assert naive.returncode != 0
     assert "could not be located" in naive.stderr and ("libc10.so" in naive.stderr or "libtorch" in naive.stderr)
     info = wheelfile.info(repaired)

@@ -1,0 +1,299 @@
+"""The runner end to end in host mode against moto: S3 for job, source and results; a real Step
+Functions task token from a ``.waitForTaskToken`` state that moto's interpreter executes."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import socket
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import requests
+from moto.server import ThreadedMotoServer
+from wfbuild import runner
+
+from tests.buildspecs.conftest import BUNDLE, example_source, run
+from tests.buildspecs.jobs import plan_extension_job
+
+OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures"}
+WHEEL_KEYS = {"filename", "key", "package", "version", "python", "sha256", "size", "requires_python", "metadata_key"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Aws:
+    """One test's corner of the moto server: its own region, so its executions meet no others.
+
+    moto keeps its state per process and StartExecution deep-copies the region's backend with the
+    threads of its earlier executions, which fails (a moto limitation); a region per test avoids it.
+    """
+
+    def __init__(self, endpoint: str, region: str) -> None:
+        self.endpoint, self.region, self.bucket = endpoint, region, f"wf-test-{region}"
+        self.runs = 0
+        kw: dict[str, Any] = {"endpoint_url": endpoint, "region_name": region}
+        self.s3, self.sfn, self.sqs = (
+            boto3.client("s3", **kw),
+            boto3.client("stepfunctions", **kw),
+            boto3.client("sqs", **kw),
+        )
+        self.s3.create_bucket(Bucket=self.bucket, CreateBucketConfiguration={"LocationConstraint": region})
+        self.queue = self.sqs.create_queue(QueueName="build-tokens")["QueueUrl"]
+
+    def task_token(self) -> tuple[str, str]:
+        """Start an execution; its Build state hands its token to the queue."""
+        self.runs += 1
+        build = {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+            "Parameters": {"QueueUrl": self.queue, "MessageBody": {"token.$": "$$.Task.Token"}},
+            "TimeoutSeconds": 900,
+            "HeartbeatSeconds": 300,
+            "End": True,
+        }
+        definition = json.dumps({"StartAt": "Build", "States": {"Build": build}})
+        role = "arn:aws:iam::123456789012:role/wf-test"
+        machine = self.sfn.create_state_machine(name=f"build-{self.runs}", definition=definition, roleArn=role)
+        execution = self.sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for message in self.sqs.receive_message(QueueUrl=self.queue, WaitTimeSeconds=1).get("Messages", []):
+                self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=message["ReceiptHandle"])
+                return execution, json.loads(message["Body"])["token"]
+        raise TimeoutError("no task token")
+
+    def finished(self, execution: str) -> dict[str, Any]:
+        for _ in range(100):
+            described: dict[str, Any] = self.sfn.describe_execution(executionArn=execution)
+            if described["status"] != "RUNNING":
+                return described
+            time.sleep(0.1)
+        raise TimeoutError(execution)
+
+    def text(self, key: str) -> str:
+        return str(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read().decode())
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    port = free_port()
+    with pytest.MonkeyPatch.context() as mp:
+        # moto's interpreter calls SQS through its own clients at localhost:$MOTO_PORT.
+        mp.setenv("MOTO_PORT", str(port))
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+            mp.setenv(name, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        endpoint = f"http://127.0.0.1:{port}"
+        requests.post(
+            f"{endpoint}/moto-api/config", json={"stepfunctions": {"execute_state_machine": True}}, timeout=10
+        )
+        yield endpoint
+        server.stop()
+
+
+REGIONS = iter(["us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-2", "ca-central-1", "sa-east-1"] * 10)
+
+
+@pytest.fixture
+def aws(moto_endpoint: str) -> Aws:
+    return Aws(moto_endpoint, next(REGIONS))
+
+
+def tarball(src: Path, top: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(src, arcname=top)
+    return buffer.getvalue()
+
+
+def put_job(aws: Aws, name: str, source: bytes, keep: bool = False) -> tuple[dict[str, Any], str]:
+    key = f"sources/{name}.tar.gz"
+    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=source)
+    job = plan_extension_job(name, f"s3://{aws.bucket}/{key}", keep_on_failure=keep)
+    prefix = f"runs/run-1/jobs/{job['id']}/"
+    job["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
+                  "region": aws.region}  # fmt: skip
+    aws.s3.put_object(Bucket=aws.bucket, Key=f"{prefix}job.json", Body=json.dumps(job).encode())
+    return job, f"{prefix}job.json"
+
+
+def runner_env(aws: Aws, job_key: str, token: str, work: Path, cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WF_", "AWS_", "MOTO_"))}
+    env.update(
+        {
+            "WF_TASK_TOKEN": token, "WF_BUCKET": aws.bucket, "WF_JOB_KEY": job_key, "WF_HEARTBEAT_SECONDS": "1",
+            "WF_WORK_DIR": str(work), "WF_BUNDLE_DIR": str(BUNDLE), "WF_CONTAINER": "none",
+            "WF_CACHE_DIR": str(cache), "AWS_REGION": aws.region, "AWS_ENDPOINT_URL": aws.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            # Nothing listens here: the spot watch must notice there is no IMDS and end quietly.
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+            "PYTHONPATH": str(BUNDLE), **extra,
+        }
+    )  # fmt: skip
+    return env
+
+
+def clients(aws: Aws, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Real clients on moto; the Step Functions one records what the runner sends."""
+    sfn = boto3.client("stepfunctions", endpoint_url=aws.endpoint, region_name=aws.region)
+    for op in ("SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"):
+        sfn.meta.events.register(
+            f"provide-client-params.states.{op}", lambda params, op=op, **_: calls.append((op, params))
+        )
+    return {"s3": boto3.client("s3", endpoint_url=aws.endpoint, region_name=aws.region), "stepfunctions": sfn}
+
+
+def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
+    source = tarball(example_source(tmp_path / "src"), "wf-example-ops-0.1.0")
+    job, job_key = put_job(aws, "wf-example-ops", source)
+    execution, token = aws.task_token()
+    work = tmp_path / "work"
+    proc = run([sys.executable, "-m", "wfbuild.runner"], runner_env(aws, job_key, token, work, cache_dir))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+    described = aws.finished(execution)
+    assert described["status"] == "SUCCEEDED"
+    output = json.loads(described["output"])
+    assert set(output) == OUTPUT_KEYS
+    prefix = job["run"]["prefix"]
+    assert (output["job_id"], output["status"], output["failures"]) == (job["id"], "succeeded", [])
+    assert (output["manifest_key"], output["log_key"]) == (f"{prefix}manifest.json", f"{prefix}build.log")
+    (wheel,) = output["wheels"]
+    assert set(wheel) == WHEEL_KEYS
+    assert wheel["filename"].startswith("wf_example_ops-0.1.0+pt213cpu-cp311-cp311-manylinux_2_")
+    assert (wheel["package"], wheel["version"], wheel["python"]) == ("wf-example-ops", "0.1.0+pt213cpu", "3.11")
+    assert wheel["key"] == f"{prefix}wheels/{wheel['filename']}" and wheel["requires_python"] == ">=3.9"
+    obj = aws.s3.get_object(Bucket=aws.bucket, Key=wheel["key"])
+    body = obj["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == wheel["sha256"] == obj["Metadata"]["sha256"]
+    assert len(body) == wheel["size"] and obj["Metadata"]["requires-python"] == ">=3.9"
+    assert "Version: 0.1.0+pt213cpu" in aws.text(wheel["metadata_key"])
+
+    manifest = json.loads(aws.text(output["manifest_key"]))
+    assert manifest["status"] == "succeeded" and manifest["job_id"] == job["id"]
+    assert manifest["sources"]["wf-example-ops"]["sha256"] == hashlib.sha256(source).hexdigest()
+    ran = {s["name"]: s for s in manifest["stages"]}
+    assert list(ran) == ["fetch-source", "env-3.11", "build-wf-example-ops-3.11", "repair-wf-example-ops-3.11",
+                         "smoke-wf-example-ops-3.11", "manifest"]  # fmt: skip
+    assert all(s["status"] == "succeeded" and s["seconds"] >= 0 for s in ran.values())
+    assert manifest["toolchain"]["python"] == {"cp311": f"Python {sys.version.split()[0]}"}
+    log = aws.text(output["log_key"])
+    assert "stage smoke-wf-example-ops-3.11: succeeded" in log and "smoke passed" in log
+    assert "no instance metadata service: not watching for spot interruptions" in log
+    assert not work.exists(), "a successful job's work dir is removed"
+
+
+def broken_source(tmp: Path) -> bytes:
+    src = tmp / "broken"
+    src.mkdir()
+    (src / "setup.py").write_text(
+        "from setuptools import setup\nfrom torch.utils.cpp_extension import BuildExtension, CppExtension\n"
+        "setup(name='broken-ext', version='1.0', ext_modules=[CppExtension('broken_ext', ['broken.cpp'])],\n"
+        "      cmdclass={'build_ext': BuildExtension})\n"
+    )
+    (src / "broken.cpp").write_text("this is not C++ at all;\n")
+    return tarball(src, "broken-ext-1.0")
+
+
+def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
+    job, job_key = put_job(aws, "broken-ext", broken_source(tmp_path), keep=True)
+    execution, token = aws.task_token()
+    work = tmp_path / "work"
+    calls: list[tuple[str, dict[str, Any]]] = []
+    code = runner.run(runner_env(aws, job_key, token, work, cache_dir), clients(aws, calls))
+    assert code == 1
+    (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
+    assert not [op for op, _ in calls if op == "SendTaskSuccess"]
+    assert failure["error"] == "BuildFailed" and len(failure["cause"]) <= 32_000
+    cause = json.loads(failure["cause"])
+    prefix = job["run"]["prefix"]
+    assert cause["job_id"] == job["id"] and cause["stage"] == "build-broken-ext-3.11"
+    assert cause["log_key"] == f"{prefix}build.log" and "broken.cpp" in cause["log_tail"]
+    assert aws.finished(execution)["status"] == "FAILED"
+    assert "this is not C++" in aws.text(f"{prefix}build.log")
+    manifest = json.loads(aws.text(f"{prefix}manifest.json"))
+    assert manifest["status"] == "failed" and manifest["wheels"] == []
+    (entry,) = manifest["failures"]
+    assert (entry["stage"], entry["package"], entry["python"]) == ("build-broken-ext-3.11", "broken-ext", "3.11")
+    assert "Failed to build" in entry["log_tail"] and entry["error"].startswith("exit status 1")
+    skipped = {s["name"]: s["status"] for s in manifest["stages"]}
+    assert skipped["repair-broken-ext-3.11"] == skipped["smoke-broken-ext-3.11"] == "skipped"
+    assert (work / "build.log").exists(), "keep_on_failure keeps the work dir"
+
+
+def test_lost_token_stops_the_build_without_callback(aws: Aws, tmp_path: Path) -> None:
+    source = tarball(example_source(tmp_path / "src"), "wf-example-ops-0.1.0")
+    job, job_key = put_job(aws, "wf-example-ops", source)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    env = runner_env(
+        aws, job_key, "not-a-task-token", tmp_path / "work", tmp_path / "cache", WF_HEARTBEAT_SECONDS="0.3"
+    )
+    started = time.monotonic()
+    assert runner.run(env, clients(aws, calls)) == 3
+    assert time.monotonic() - started < 60, "the running stage is stopped, not waited for"
+    assert {op for op, _ in calls} == {"SendTaskHeartbeat"}
+    log = aws.text(f"{job['run']['prefix']}build.log")
+    assert "task token gone (InvalidToken): stopping the build" in log
+    assert json.loads(aws.text(f"{job['run']['prefix']}manifest.json"))["status"] == "failed"
+
+
+class FakeImds(http.server.BaseHTTPRequestHandler):
+    polls = 0
+
+    def do_PUT(self) -> None:
+        self._reply(200, "imds-token")
+
+    def do_GET(self) -> None:
+        if self.headers.get("X-aws-ec2-metadata-token") != "imds-token":
+            self._reply(401, "")
+        elif self.path.endswith("instance-life-cycle"):
+            self._reply(200, "spot")
+        elif self.path.endswith("spot/instance-action"):
+            FakeImds.polls += 1
+            notice = '{"action": "terminate", "time": "2026-11-22T04:00:00Z"}'
+            self._reply(200, notice) if FakeImds.polls > 2 else self._reply(404, "")
+        else:
+            self._reply(404, "")
+
+    def _reply(self, status: int, body: str) -> None:
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_spot_interruption_fails_the_task(aws: Aws, tmp_path: Path) -> None:
+    imds = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeImds)
+    threading.Thread(target=imds.serve_forever, daemon=True).start()
+    source = tarball(example_source(tmp_path / "src"), "wf-example-ops-0.1.0")
+    job, job_key = put_job(aws, "wf-example-ops", source)
+    execution, token = aws.task_token()
+    calls: list[tuple[str, dict[str, Any]]] = []
+    env = runner_env(aws, job_key, token, tmp_path / "work", tmp_path / "cache", WF_SPOT_POLL_SECONDS="0.2")
+    env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = f"http://127.0.0.1:{imds.server_address[1]}"
+    try:
+        assert runner.run(env, clients(aws, calls)) == 1
+    finally:
+        imds.shutdown()
+    (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
+    assert failure["error"] == "SpotInterrupted"
+    assert json.loads(failure["cause"])["log_key"] == f"{job['run']['prefix']}build.log"
+    assert aws.finished(execution)["status"] == "FAILED"
