@@ -167,6 +167,8 @@ class SsmAgent:
                 "WF_CONTAINER": "none",
                 # The Build document puts job work under ${WF_WORK_ROOT:-/var/lib/wheelfoundry}.
                 "WF_WORK_ROOT": str(root / "work"),
+                # One machine plays every instance: share build environments (torch installs) between them.
+                "WF_CACHE_DIR": env.get("WF_CACHE_DIR") or str(self.state_dir / "cache"),
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                 "PYTHONUNBUFFERED": "1",
                 "TMPDIR": str(root / "tmp"),
