@@ -151,9 +151,10 @@ def success_output(job_id: str, manifest: dict[str, Any], keys: dict[str, str], 
 
 def failure_cause(job_id: str, stage: str, log_key: str, log_tail: str) -> str:
     """The cause JSON, cut from the front of the log tail until it fits in 32,000 characters."""
-    cause = {"job_id": job_id, "stage": stage, "log_key": log_key, "log_tail": log_tail}
-    text = json.dumps(cause)
-    while len(text) > CAUSE_LIMIT and cause["log_tail"]:
-        cause["log_tail"] = cause["log_tail"][len(text) - CAUSE_LIMIT + 16 :]
-        text = json.dumps(cause)
-    return text
+    tail = log_tail[-CAUSE_LIMIT:]
+    while True:
+        text = json.dumps({"job_id": job_id, "stage": stage, "log_key": log_key, "log_tail": tail})
+        if len(text) <= CAUSE_LIMIT or not tail:
+            return text
+        # Each dropped character shortens the JSON by at least one (escapes make it more).
+        tail = tail[len(text) - CAUSE_LIMIT :]

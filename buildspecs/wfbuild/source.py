@@ -56,6 +56,7 @@ def extract(archive: Path, dest: Path) -> None:
 
 def unpack(archive: Path, dest: Path) -> Path:
     """Unpack into ``dest`` (replaced); a lone top-level directory becomes ``dest`` itself."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wf-src-", dir=dest.parent) as tmp:
         extract(archive, Path(tmp))
         entries = list(Path(tmp).iterdir())
