@@ -14,7 +14,9 @@ import importlib.util
 
 import pytest
 
-INSTRUCTION = "wf_example_ops is not installed: run .venv/bin/python -m pip install --no-build-isolation ./examples/extension"
+INSTRUCTION = (
+    "wf_example_ops is not installed: run .venv/bin/python -m pip install --no-build-isolation ./examples/extension"
+)
 
 
 @pytest.fixture(autouse=True)
