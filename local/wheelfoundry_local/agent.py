@@ -85,6 +85,7 @@ class SsmAgent:
         self.registration = registration
         self.output = output
         self._runs: list[CommandRun] = []
+        self._pids: dict[str, int] = {}  # instance id -> process group of its running command
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._patches = Patches()
@@ -114,6 +115,15 @@ class SsmAgent:
                 self._runs.append(run)
                 self._threads.append(thread)
             thread.start()
+
+    def freeze(self, instance_id: str) -> bool:
+        """Stop the instance's running command dead (SIGSTOP): a hung instance that sends nothing more."""
+        with self._lock:
+            pids = [pid for iid, pid in self._pids.items() if iid == instance_id]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGSTOP)
+        return bool(pids)
 
     def cancel(self, region: str, command_id: str, instance_ids: list[str]) -> None:
         for run in self.runs():
@@ -216,6 +226,8 @@ class SsmAgent:
             errors="replace",
             start_new_session=True,
         )
+        with self._lock:
+            self._pids[run.instance_id] = process.pid
         lock = threading.Lock()
 
         def pump(stream: IO[str], sink: list[str]) -> None:
@@ -246,6 +258,8 @@ class SsmAgent:
                 break
             time.sleep(0.05)
         process.wait()
+        with self._lock:
+            self._pids.pop(run.instance_id, None)
         for pump_thread in pumps:
             pump_thread.join(5)
         run.exit_code = process.returncode

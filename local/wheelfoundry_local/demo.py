@@ -18,11 +18,11 @@ import sys
 import tarfile
 import time
 import urllib.request
-from urllib.parse import urljoin
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from wheelfoundry.index_server import serving
 

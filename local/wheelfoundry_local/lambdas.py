@@ -31,9 +31,10 @@ from ._moto import Patches, utcnow
 class InjectedFault(Exception):
     """Raised in place of a handler by FaultRegistry; its errorType is the injected name."""
 
-    def __init__(self, error_type: str, message: str) -> None:
+    def __init__(self, error_type: str, message: str, after: bool = False) -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.after = after
 
 
 class FaultRegistry:
@@ -45,14 +46,18 @@ class FaultRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[str, list[list[Any]]] = {}  # name -> [[error, message, remaining]]
+        self._pending: dict[str, list[list[Any]]] = {}  # name -> [[error, message, remaining, after]]
         self._aliases: dict[str, str] = {}  # logical id -> physical function name
 
-    def inject(self, function: str, error: str, times: int = 1, message: str | None = None) -> None:
+    def inject(
+        self, function: str, error: str, times: int = 1, message: str | None = None, after: bool = False
+    ) -> None:
+        """after=True: the handler runs (its side effects happen) and then the invocation fails, as when a
+        function times out or loses its response after RunInstances succeeded."""
         if times < 1:
             raise ValueError("times must be >= 1")
         with self._lock:
-            self._pending.setdefault(function, []).append([error, message or f"Injected fault: {error}", times])
+            self._pending.setdefault(function, []).append([error, message or f"Injected fault: {error}", times, after])
 
     def alias(self, logical_id: str, function_name: str) -> None:
         with self._lock:
@@ -76,12 +81,12 @@ class FaultRegistry:
         with self._lock:
             for key, faults in self._pending.items():
                 if faults and function_name in (key, self._aliases.get(key)):
-                    error, message, remaining = faults[0]
+                    error, message, remaining, after = faults[0]
                     if remaining <= 1:
                         faults.pop(0)
                     else:
                         faults[0][2] = remaining - 1
-                    return InjectedFault(error, message)
+                    return InjectedFault(error, message, after)
         return None
 
 
@@ -249,7 +254,7 @@ class LambdaRuntime:
         result: Any
         error: tuple[str, str, list[str]] | None = None
         try:
-            if fault is not None:
+            if fault is not None and not fault.after:
                 raise fault
             handler = _load_handler(str(fn.handler))
             if _accepts_environ(handler):
@@ -257,6 +262,8 @@ class LambdaRuntime:
             else:
                 result = handler(event, context)
             payload = json.dumps(result)
+            if fault is not None:
+                raise fault
         except InjectedFault as exc:
             error = (exc.error_type, str(exc), [])
         except TypeError as exc:
