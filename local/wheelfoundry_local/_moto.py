@@ -122,6 +122,44 @@ def install_sfn_fixes(patches: Patches) -> None:
 
     patches.set(StepFunctionsParserBackend, "stop_execution", stop_execution)
 
+    # SendTaskFailure's response handler drops `cause`: the failure would reach the state machine
+    # without the log tail that explains it. AWS delivers both error and cause.
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    def send_task_failure(response: Any) -> Any:
+        from moto.core.responses import EmptyResult
+
+        token, error, cause = (response._get_param(k) for k in ("taskToken", "error", "cause"))
+        response.stepfunction_backend.send_task_failure(token, error=error, cause=cause)
+        return EmptyResult()
+
+    patches.set(StepFunctionResponse, "send_task_failure", send_task_failure)
+
+    # A missed heartbeat is States.HeartbeatTimeout on AWS; moto reports it as States.Timeout.
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+        StateTaskServiceCallback,
+    )
+    from moto.stepfunctions.parser.asl.eval.callback.callback import HeartbeatTimeoutError
+
+    def heartbeat_aware(from_error: Callable[..., Any]) -> Callable[..., Any]:
+        def _from_error(state: Any, env: Any, ex: Exception) -> Any:
+            event = from_error(state, env, ex)
+            if isinstance(ex, HeartbeatTimeoutError):
+                name = StatesErrorNameType.StatesHeartbeatTimeout
+                event.error_name = StatesErrorName(typ=name)
+                details = event.event_details.get("taskTimedOutEventDetails")
+                if details is not None:
+                    details["error"] = name.to_name()
+            return event
+
+        return _from_error
+
+    patches.wrap(StateTaskServiceCallback, "_from_error", heartbeat_aware)
+
     # The interrupted wait surfaces as an error, and moto's set_error overwrites "stopped": the
     # execution would end FAILED. On AWS a stopped execution is ABORTED, whatever is in flight.
     from moto.stepfunctions.parser.asl.eval.environment import Environment

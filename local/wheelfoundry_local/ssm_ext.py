@@ -155,6 +155,18 @@ def install(patches: Patches, registration: Registration, on_command: OnCommand,
 
     patches.wrap(SimpleSystemManagerBackend, "send_command", wrap_send)
 
+    # moto resolves Targets through EC2 filters; with no Targets at all its empty filter matches
+    # every instance in the region, so a command meant for one instance ran on all of them.
+    from moto.ssm.models import Command
+
+    def wrap_targets(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
+        def from_targets(command: Any) -> list[str]:
+            return original(command) if command.targets else []
+
+        return from_targets
+
+    patches.wrap(Command, "_get_instance_ids_from_targets", wrap_targets)
+
     def describe_instance_information(self: Any) -> Any:
         # Both filter spellings of the API: InstanceInformationFilterList (key/valueSet) and Filters.
         filters: dict[str, list[str]] = {}

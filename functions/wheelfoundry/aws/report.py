@@ -10,12 +10,19 @@ from wheelfoundry.errors import JobsFailed
 
 def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     run = event["run"]
-    results = event.get("results") or []
+    # A Map iteration that failed outright (TerminateFailed) has no result object: name its job anyway.
+    results = [r for r in event.get("results") or [] if isinstance(r, dict)]
+    reported = {r.get("job_id") for r in results}
     publish = event.get("publish") or {}
     failures = [
         (r.get("job_id", "?"), r.get("error") or "Failed", r.get("cause") or "")
         for r in results
         if r.get("status") != "succeeded"
+    ]
+    failures += [
+        (job["id"], "NoResult", "the job ended before recording its outcome; the reapers terminate its instance")
+        for job in event.get("jobs") or []
+        if job.get("id") not in reported
     ]
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))

@@ -90,6 +90,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
             "heartbeat_seconds": settings.heartbeat_seconds,
             "runner_heartbeat_seconds": max(1, settings.heartbeat_seconds // 3),
             "max_concurrency": settings.max_concurrency,
+            "on_demand": {"spot": False},  # merged into a job when spot capacity fails it
         },
         "jobs": summaries,
         "estimate": {"instance_hours": plan.hours, "usd": plan.usd},

