@@ -47,12 +47,16 @@ def build_argv(job: Mapping[str, Any], bundle: Path, tag: str) -> list[str]:
     return [*argv, str(bundle / "images")]
 
 
-def run_argv(tag: str, name: str, env_file: Path, work: Path, bundle: Path, argv: list[str]) -> list[str]:
+def run_argv(
+    tag: str, name: str, env_file: Path, work: Path, bundle: Path, argv: list[str], cache: Path | None = None
+) -> list[str]:
     # Host networking: the build reaches the instance's IMDS credentials (sccache on S3) and, in
-    # local runs, the emulator's endpoint, exactly as the host does.
+    # local runs, the emulator's endpoint, exactly as the host does. A cache dir (WF_CACHE_DIR on
+    # the host) is mounted at /cache so build environments outlive the job.
+    mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"] + (["-v", f"{cache}:/cache"] if cache else [])
     return [
         "docker", "run", "--rm", "--name", name, "--network", "host", "--env-file", str(env_file),
-        "-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro", "-w", "/work", tag, *argv,
+        *mounts, "-w", "/work", tag, *argv,
     ]  # fmt: skip
 
 
@@ -66,28 +70,29 @@ def write_env_file(path: Path, env: Mapping[str, str]) -> Path:
     return path
 
 
-def ecr_login(registry: str, region: str | None, log: BuildLog) -> None:
+def ecr_login(registry: str, region: str | None, log: BuildLog, env: Mapping[str, str]) -> None:
     import boto3
 
     token = boto3.client("ecr", region_name=region).get_authorization_token()["authorizationData"][0]
     user, password = base64.b64decode(token["authorizationToken"]).decode().split(":", 1)
     proc = subprocess.run(
         ["docker", "login", "--username", user, "--password-stdin", registry],
-        input=password, capture_output=True, text=True,
+        input=password, env=dict(env), capture_output=True, text=True,
     )  # fmt: skip
     log.note(f"docker login {registry}: {'ok' if proc.returncode == 0 else proc.stderr.strip()}")
 
 
-def ensure_image(job: Mapping[str, Any], bundle: Path, runner: Runner, work: Path, region: str | None) -> str:
+def ensure_image(
+    job: Mapping[str, Any], bundle: Path, runner: Runner, work: Path, region: str | None, env: Mapping[str, str]
+) -> str:
     """Pull the builder image, else build it (and push it when there is a repository)."""
     tag = image_tag(job, bundle)
     repo = job.get("run", {}).get("ecr_repository") or ""
-    env = dict(os.environ)
     if repo:
-        ecr_login(repo.split("/", 1)[0], region, runner.log)
+        ecr_login(repo.split("/", 1)[0], region, runner.log, env)
         if runner.run(["docker", "pull", tag], env, work) == 0:
             return tag
-    elif subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
+    elif subprocess.run(["docker", "image", "inspect", tag], env=dict(env), capture_output=True).returncode == 0:
         return tag
     runner.log.note(f"building builder image {tag}")
     if runner.run(build_argv(job, bundle, tag), env, work) != 0:

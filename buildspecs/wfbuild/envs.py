@@ -105,7 +105,7 @@ def full_env(
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -147,7 +147,7 @@ def cached_env(
     """A full venv with these packages under ``cache_dir/envs``, built once, then reused."""
     key = cache_key(python, pips, requirements, torch, index, salt)
     base = cache_dir / "envs" / key
-    with _locked(cache_dir / "envs" / f"{key}.lock"):
+    with locked(cache_dir / "envs" / f"{key}.lock"):
         if (base / ".wf-ready").exists():
             print(f"reusing cached environment {base}", flush=True)
             return base

@@ -27,8 +27,9 @@ class BuildLog:
     def write(self, line: str) -> None:
         line = line.rstrip("\n")
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            if not self._file.closed:  # after the upload only stdout still listens
+                self._file.write(line + "\n")
+                self._file.flush()
             self.tail.append(line)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

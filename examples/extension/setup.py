@@ -8,6 +8,6 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 setup(
-    ext_modules=[CppExtension("wf_example_ops._C", ["csrc/ops.cpp"], extra_compile_args=["-O2"])],
+    ext_modules=[CppExtension("wf_example_ops._C", ["csrc/ops.cpp"], extra_compile_args=["-O2", "-g0"])],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -92,20 +92,6 @@ def test_naive_auditwheel_fails_and_the_stage_does_not(library: dict[str, Any], 
     assert "libc10.so" in needed and "libtorch_cpu.so" in needed
 
 
-def test_library_smoke_uses_the_jobs_torch_wheel(library: dict[str, Any], repaired: Path) -> None:
-    stage = library["stages"]["smoke-torchvision-3.11"]
-    torch_dir = Path(stage.argv[stage.argv.index("--torch-wheel-dir") + 1])
-    torch_dir.mkdir(parents=True)
-    (torch_dir / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)  # stands in for the repaired torch wheel
-    proc = run(argv_of(stage), stage_env(stage, library["cache"]))
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(repaired.with_name(repaired.name + ".smoke.json").read_text())
-    checks = {c["check"]: c for c in result["checks"]}
-    assert result["passed"] and set(checks) == {"version", "import wf_example_ops", "entry point wf_example_ops"}
-    assert all(c["ok"] for c in checks.values())
-    assert "/smoke/" in checks["import wf_example_ops"]["detail"], "imported from the clean venv"
-
-
 def _broken(wheel: Path, out: Path, how: str) -> Path:
     with wheelfile.rewrite(wheel, out) as root:
         if how == "truncated":
@@ -137,25 +123,33 @@ def test_smoke_fails_clearly_on_a_broken_wheel(
                       "error": result["error"]} and expected in result["error"]  # fmt: skip
 
 
-def test_real_torch_wheel_repair_smoke_manifest(torch_repair: Any, cache_dir: Path) -> None:
+@pytest.fixture(scope="module")
+def torch_smoked(torch_repair: Any, cache_dir: Path) -> dict[str, Any]:
+    """The real torch wheel after the x86_64 CPU job's repair-torch-3.11 and smoke-torch-3.11 stages."""
     background, work = torch_repair
     code, log = background.wait()
     assert code == 0, log[-4000:]
     stages = stages_for(work)
     out = Path(stages["repair-torch-3.11"].argv[stages["repair-torch-3.11"].argv.index("--out-dir") + 1])
     (wheel,) = out.glob("*.whl")
-    assert wheel.name == TORCH_WHEEL.name, "already manylinux_2_28: the tag must not change"
-    assert wheelfile.info(wheel).tags == ["cp311-cp311-manylinux_2_28_x86_64"]
-
     smoke = stages["smoke-torch-3.11"]
     assert "--mpi" in smoke.argv and "--mkldnn" in smoke.argv
     argv = [a for a in argv_of(smoke) if a != "--mpi"]  # PyPI's wheel has no MPI backend (the job's builds do)
     proc = run(argv, stage_env(smoke, cache_dir))
+    return {"work": work, "stages": stages, "wheel": wheel, "proc": proc}
+
+
+def test_real_torch_wheel_repair_smoke_manifest(torch_smoked: dict[str, Any], cache_dir: Path) -> None:
+    work, stages, wheel, proc = (torch_smoked[k] for k in ("work", "stages", "wheel", "proc"))
+    assert wheel.name == TORCH_WHEEL.name, "already manylinux_2_28: the tag must not change"
+    assert wheelfile.info(wheel).tags == ["cp311-cp311-manylinux_2_28_x86_64"]
     assert proc.returncode == 0, proc.stderr
     result = json.loads(wheel.with_name(wheel.name + ".smoke.json").read_text())
     checks = {c["check"]: c for c in result["checks"]}
     assert {"version", "import torch", "torch-op", "torch-mkldnn"} == set(checks) and result["passed"]
     assert "matmul ok" in checks["torch-op"]["detail"]
+    kept = cache_dir / "envs" / f"torch-{hashlib.sha256(wheel.read_bytes()).hexdigest()[:16]}"
+    assert (kept / ".wf-ready").exists(), "a passing torch smoke venv is kept for its domain libraries"
 
     ran = [{"name": n, "package": "torch", "python": "3.11", "status": "succeeded", "seconds": 1.5}
            for n in ("repair-torch-3.11", "smoke-torch-3.11")]  # fmt: skip
@@ -179,11 +173,29 @@ def test_real_torch_wheel_repair_smoke_manifest(torch_repair: Any, cache_dir: Pa
     assert manifest["flags"]["job"]["BLAS"] == "MKL" and [s["seconds"] for s in manifest["stages"]] == [1.5, 1.5]
 
 
-def test_smoke_fails_on_a_real_torch_wheel_without_mpi(torch_repair: Any, cache_dir: Path, tmp_path: Path) -> None:
+def test_library_smoke_uses_the_jobs_torch_wheel(
+    library: dict[str, Any], repaired: Path, torch_smoked: dict[str, Any], cache_dir: Path
+) -> None:
+    stage = library["stages"]["smoke-torchvision-3.11"]
+    torch_dir = Path(stage.argv[stage.argv.index("--torch-wheel-dir") + 1])
+    torch_dir.mkdir(parents=True)
+    (torch_dir / torch_smoked["wheel"].name).symlink_to(torch_smoked["wheel"])  # this job's repaired torch
+    proc = run(argv_of(stage), stage_env(stage, library["cache"]))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(repaired.with_name(repaired.name + ".smoke.json").read_text())
+    checks = {c["check"]: c for c in result["checks"]}
+    assert result["passed"] and set(checks) == {"version", "import wf_example_ops", "entry point wf_example_ops"}
+    assert all(c["ok"] for c in checks.values())
+    assert "/smoke/" in checks["import wf_example_ops"]["detail"], "imported from the clean venv"
+    assert "Successfully installed wf-example-ops-0.1.0" in proc.stdout, "only the wheel under test is installed"
+    assert f"base env: {cache_dir}/envs/torch-" in proc.stdout, "torch's own smoke venv is reused, not reinstalled"
+
+
+def test_smoke_fails_on_a_real_torch_wheel_without_mpi(tmp_path: Path) -> None:
     """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
     argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
     wheel = tmp_path / TORCH_WHEEL.name
     wheel.symlink_to(TORCH_WHEEL)
-    proc = run([*argv, str(wheel)], tool_env(cache_dir))
+    proc = run([*argv, str(wheel)], tool_env(tmp_path / "cache"))  # its own cache: the kept torch env stays
     assert proc.returncode == 1
     assert f"SMOKE FAILED: {TORCH_WHEEL.name}: check 'torch-mpi': AssertionError" in proc.stderr

@@ -297,3 +297,43 @@ def test_spot_interruption_fails_the_task(aws: Aws, tmp_path: Path) -> None:
     assert failure["error"] == "SpotInterrupted"
     assert json.loads(failure["cause"])["log_key"] == f"{job['run']['prefix']}build.log"
     assert aws.finished(execution)["status"] == "FAILED"
+
+
+def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
+    """WF_CONTAINER=docker with a stand-in docker CLI: image built once, stages run through
+    ``docker run`` with an env file and the two mounts, the S3 fetch on the host."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text(
+        f'#!/usr/bin/env bash\nexec "{sys.executable}" "{Path(__file__).parent / "fake_docker.py"}" "$@"\n'
+    )
+    (fake / "docker").chmod(0o755)
+    job, job_key = put_job(aws, "broken-ext", broken_source(tmp_path), keep=True)
+    execution, token = aws.task_token()
+    calls: list[tuple[str, dict[str, Any]]] = []
+    log = tmp_path / "docker.log"
+    path = os.pathsep.join([str(fake), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = runner_env(aws, job_key, token, tmp_path / "work", cache_dir, WF_CONTAINER="docker", PATH=path)
+    env["FAKE_DOCKER_LOG"] = str(log)
+    assert runner.run(env, clients(aws, calls)) == 1
+    docker = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c[:2] for c in docker[:2]] == [["image", "inspect"], ["build", "--pull"]]
+    tag = docker[0][2]
+    assert tag.startswith("wheelfoundry-builder:x86_64-cpu-") and f"BASE_IMAGE={job['image']['base']}" in docker[1]
+    runs = [c for c in docker if c[0] == "run"]
+    assert [c[c.index(tag) + 1 :] for c in runs] == [
+        ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311", "--torch", "torch==2.13.0",
+         "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"],
+        ["bash", "/bundle/stages/build-library.sh"],
+        ["python3", "-m", "wfbuild.manifest", "--work-dir", "/work", "--out", "/work/manifest.json"],
+    ]  # fmt: skip
+    assert all(c[c.index("--network") : c.index("--network") + 2] == ["--network", "host"] for c in runs)
+    assert all(f"{BUNDLE}:/bundle:ro" in c for c in runs), "fetch-source ran on the host, the rest in the image"
+    assert all(f"{cache_dir}:/cache" in c for c in runs)
+    (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
+    assert json.loads(failure["cause"])["stage"] == "build-broken-ext-3.11"
+    env_file = (tmp_path / "work" / "meta" / "env" / "build-broken-ext-3.11.env").read_text()
+    assert "PYTHONPATH=/bundle\n" in env_file and "WF_SRC_DIR=/work/src/broken-ext\n" in env_file
+    assert "WF_CACHE_DIR=/cache\n" in env_file
+    assert token not in env_file
+    assert aws.finished(execution)["status"] == "FAILED"
