@@ -191,11 +191,12 @@ def test_library_smoke_uses_the_jobs_torch_wheel(
     assert f"base env: {cache_dir}/envs/torch-" in proc.stdout, "torch's own smoke venv is reused, not reinstalled"
 
 
-def test_smoke_fails_on_a_real_torch_wheel_without_mpi(tmp_path: Path) -> None:
+def test_smoke_fails_on_a_real_torch_wheel_without_mpi(cache_dir: Path, tmp_path: Path) -> None:
     """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
     argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
     wheel = tmp_path / TORCH_WHEEL.name
     wheel.symlink_to(TORCH_WHEEL)
-    proc = run([*argv, str(wheel)], tool_env(tmp_path / "cache"))  # its own cache: the kept torch env stays
+    # The unrepaired wheel has another sha256 than the repaired one, so the kept torch env is not touched.
+    proc = run([*argv, str(wheel)], tool_env(cache_dir))
     assert proc.returncode == 1
     assert f"SMOKE FAILED: {TORCH_WHEEL.name}: check 'torch-mpi': AssertionError" in proc.stderr

@@ -220,6 +220,8 @@ def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, t
     assert code == 1
     (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
     assert not [op for op, _ in calls if op == "SendTaskSuccess"]
+    assert [p["taskToken"] for op, p in calls if op == "SendTaskHeartbeat"][:1] == [token], "heartbeats while building"
+    assert calls[-1][0] == "SendTaskFailure", "no heartbeat after the final callback"
     assert failure["error"] == "BuildFailed" and len(failure["cause"]) <= 32_000
     cause = json.loads(failure["cause"])
     prefix = job["run"]["prefix"]
