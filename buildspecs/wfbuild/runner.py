@@ -127,7 +127,7 @@ class Job:
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
             cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
             argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache)
-            env = dict(self.environ)
+            env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
             self.runner.on_abort = [lambda: subprocess.run(["docker", "kill", name], capture_output=True, check=False)]
         self.log.note(f"stage {stage.name}: {' '.join(stage.argv)}")
         tail: collections.deque[str] = collections.deque(maxlen=120)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from wfbuild import safety
 from wfbuild.libs import CUDA_LIBS, TORCH_LIBS, nvidia_rpaths
 
@@ -80,7 +82,7 @@ def _checkout(p: _Paths, name: str, repo: str, ref: str, fatal: bool) -> Stage:
     return Stage(f"checkout-{name}", p.script("checkout.sh"), env, package=name, fatal=fatal)
 
 
-def _repair_args(job: dict[str, Any], pkg: str, torch: bool) -> list[str]:
+def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
     args = ["--plat", job["image"]["manylinux"]]
     cuda = job["accelerator"] == "cuda"
     # torch's libraries are never grafted: an extension or domain library takes them from the installed
@@ -117,7 +119,7 @@ def _repair_args(job: dict[str, Any], pkg: str, torch: bool) -> list[str]:
 def _post(p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool) -> list[Stage]:
     """repair then smoke of one package for one Python."""
     torch = pkg == "torch" and job["kind"] == "pytorch"
-    repair = _repair_args(job, pkg, torch)
+    repair = _repair_args(job, torch)
     ext = job.get("extension") or {}
     if ext.get("local_label"):
         repair += ["--local-label", safety.check(safety.LABEL, ext["local_label"], "extension.local_label")]
@@ -158,25 +160,9 @@ def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     stages = [_checkout(p, pin["name"], pin["repo"], pin["ref"], pin is torch) for pin in pins]
     built: dict[tuple[str, str], str] = {}
     for python in torch["python"]:
-        env_stage = Stage(
-            f"env-{python}",
-            _tool(
-                "envs",
-                "--python",
-                python,
-                "--dest",
-                p.env(python),
-                "--requirements",
-                f"{p.src('torch')}/requirements.txt",
-                "--pip",
-                "wheel",
-                "--pip",
-                "ninja",
-            ),
-            {},
-            "torch",
-            python,
-        )
+        reqs = ["--requirements", f"{p.src('torch')}/requirements.txt", "--pip", "wheel", "--pip", "ninja"]
+        env_argv = _tool("envs", "--python", python, "--dest", p.env(python), *reqs)
+        env_stage = Stage(f"env-{python}", env_argv, {}, "torch", python)
         build_env = {
             "WF_SRC_DIR": p.src("torch"),
             "WF_ENV_DIR": p.env(python),
@@ -222,38 +208,18 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     src = p.src(name)
     if ext.get("subdirectory"):
         src += "/" + safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
-    torch = f"torch=={ext['torch_version']}"
-    index = (
-        ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "torch_index_url")]
-        if ext.get("torch_index_url")
-        else []
-    )
+    try:
+        torch = f"torch=={Version(ext['torch_version'])}"
+    except InvalidVersion as exc:
+        raise safety.UnsafeValue(f"extension.torch_version: {exc}") from None
+    index = []
+    if ext.get("torch_index_url"):
+        index = ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "extension.torch_index_url")]
     stages = [source]
     for python in job["python"]:
-        env_stage = Stage(
-            f"env-{python}",
-            _tool(
-                "envs",
-                "--python",
-                python,
-                "--dest",
-                p.env(python),
-                "--torch",
-                torch,
-                *index,
-                "--pip",
-                "setuptools",
-                "--pip",
-                "wheel",
-                "--pip",
-                "ninja",
-            ),
-            {},
-            name,
-            python,
-            fatal=False,
-            needs=(source.name,),
-        )
+        tools = ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
+        env_argv = _tool("envs", "--python", python, "--dest", p.env(python), "--torch", torch, *index, *tools)
+        env_stage = Stage(f"env-{python}", env_argv, {}, name, python, fatal=False, needs=(source.name,))
         env = {"WF_SRC_DIR": src, "WF_ENV_DIR": p.env(python), "WF_OUT_DIR": p.raw(name, python)}
         env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git"}
         build = Stage(
@@ -266,7 +232,8 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
 def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: str = "/bundle") -> list[Stage]:
     """The job's stages in order; raises ``safety.UnsafeValue`` on a field the host refuses."""
     p = _Paths(work_dir, bundle_dir)
-    safety.check(safety.ARCH_LIST, job["arch_list"], "arch_list") if job.get("arch_list") else None
+    if job.get("arch_list"):
+        safety.check(safety.ARCH_LIST, job["arch_list"], "arch_list")
     safety.check_env(dict(job["env"]), "job.env")
     for pin in job["packages"]:
         safety.check(safety.NAME, pin["name"], "package name")
