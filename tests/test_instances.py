@@ -39,6 +39,19 @@ def aws() -> Any:
         yield ec2, ssm, settings
 
 
+class Sfn:
+    """DescribeExecution answers from a script: RUNNING unless told otherwise."""
+
+    def __init__(self, *statuses: str) -> None:
+        self.statuses = list(statuses)
+
+    def describe_execution(self, executionArn: str) -> dict[str, str]:
+        return {"status": self.statuses.pop(0) if self.statuses else "RUNNING"}
+
+
+RUNNING = Sfn()
+
+
 def event(job_id: str = "torch2.5.1-cpu-x86_64", spot: bool = True, execution: str = EXECUTION) -> dict[str, Any]:
     job = {"id": job_id, "platform": "x86_64", "instance_type": "c7i.8xlarge", "spot": spot, "max_seconds": 3600}
     return {"job": job, "run": {"id": "run-1"}, "execution": execution}
@@ -50,7 +63,7 @@ def live(ec2: Any) -> list[dict[str, Any]]:
 
 def test_launch_tags_watchdog_and_spot(aws: Any) -> None:
     ec2, ssm, settings = aws
-    result = launch(event(), ec2, ssm, settings, NOW)
+    result = launch(event(), ec2, ssm, RUNNING, settings, NOW)
     (instance,) = live(ec2)
     assert instance["InstanceId"] == result["instance_id"] and result["market"] == "spot"
     tags = T.tags_of(instance)
@@ -63,12 +76,22 @@ def test_launch_tags_watchdog_and_spot(aws: Any) -> None:
 
 def test_a_retried_launch_does_not_start_a_second_instance(aws: Any) -> None:
     ec2, ssm, settings = aws
-    first = launch(event(), ec2, ssm, settings, NOW)
-    again = launch(event(), ec2, ssm, settings, NOW)
+    first = launch(event(), ec2, ssm, RUNNING, settings, NOW)
+    again = launch(event(), ec2, ssm, RUNNING, settings, NOW)
     assert again == {"instance_id": first["instance_id"], "market": "spot", "reused": True}
     assert len(live(ec2)) == 1
-    other = launch(event(spot=False), ec2, ssm, settings, NOW)  # on-demand relaunch is a new instance
+    other = launch(event(spot=False), ec2, ssm, RUNNING, settings, NOW)  # on-demand relaunch is a new instance
     assert other["instance_id"] != first["instance_id"] and len(live(ec2)) == 2
+
+
+def test_no_launch_for_a_stopped_execution_and_no_orphan_from_a_late_one(aws: Any) -> None:
+    ec2, ssm, settings = aws
+    with pytest.raises(LaunchFailed, match="the execution is ABORTED"):
+        launch(event(), ec2, ssm, Sfn("ABORTED"), settings, NOW)
+    assert live(ec2) == []
+    with pytest.raises(LaunchFailed, match="terminated i-"):
+        launch(event(), ec2, ssm, Sfn("RUNNING", "ABORTED"), settings, NOW)  # stopped during RunInstances
+    assert live(ec2) == []
 
 
 def test_client_token_is_stable_and_short() -> None:
@@ -86,12 +109,12 @@ def test_launch_errors_are_typed(aws: Any, code: str, error: type[Exception]) ->
         stub.add_response("describe_instances", {"Reservations": []})
         stub.add_client_error("run_instances", service_error_code=code)
         with pytest.raises(error):
-            launch(event(), ec2, ssm, settings, NOW)
+            launch(event(), ec2, ssm, RUNNING, settings, NOW)
 
 
 def test_await_agent(aws: Any) -> None:
     ec2, ssm, settings = aws
-    instance_id = launch(event(), ec2, ssm, settings, NOW)["instance_id"]
+    instance_id = launch(event(), ec2, ssm, RUNNING, settings, NOW)["instance_id"]
     with Stubber(ssm) as stub:
         stub.add_response("describe_instance_information", {"InstanceInformationList": []})
         with pytest.raises(AgentNotReady):
@@ -108,9 +131,9 @@ def test_await_agent(aws: Any) -> None:
 
 def test_reaper_on_execution_failure_spares_kept_instances_but_not_aborts(aws: Any) -> None:
     ec2, ssm, settings = aws
-    plain = launch(event("a"), ec2, ssm, settings, NOW)["instance_id"]
-    kept = launch(event("b"), ec2, ssm, settings, NOW)["instance_id"]
-    other = launch(event("c", execution=EXECUTION + "-other"), ec2, ssm, settings, NOW)["instance_id"]
+    plain = launch(event("a"), ec2, ssm, RUNNING, settings, NOW)["instance_id"]
+    kept = launch(event("b"), ec2, ssm, RUNNING, settings, NOW)["instance_id"]
+    other = launch(event("c", execution=EXECUTION + "-other"), ec2, ssm, RUNNING, settings, NOW)["instance_id"]
     ec2.create_tags(Resources=[kept], Tags=[{"Key": T.KEPT, "Value": "true"}])
     failed = {"source": "aws.states", "detail": {"executionArn": EXECUTION, "status": "FAILED"}}
     assert reap(failed, ec2, STACK, NOW)["terminated"] == [plain]
@@ -121,8 +144,8 @@ def test_reaper_on_execution_failure_spares_kept_instances_but_not_aborts(aws: A
 
 def test_scheduled_reaper_ends_only_expired_instances(aws: Any) -> None:
     ec2, ssm, settings = aws
-    young = launch(event("a"), ec2, ssm, settings, NOW)["instance_id"]
-    old = launch(event("b"), ec2, ssm, settings, NOW - timedelta(hours=3))["instance_id"]
+    young = launch(event("a"), ec2, ssm, RUNNING, settings, NOW)["instance_id"]
+    old = launch(event("b"), ec2, ssm, RUNNING, settings, NOW - timedelta(hours=3))["instance_id"]
     result = reap({"source": "aws.events", "detail-type": "Scheduled Event"}, ec2, STACK, NOW)
     assert result["terminated"] == [old]
     assert [i["InstanceId"] for i in live(ec2)] == [young]

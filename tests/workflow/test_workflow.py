@@ -205,15 +205,19 @@ def test_keep_on_failure_keeps_the_instance_until_its_deadline(
 
 
 def test_the_nightly_schedule_starts_the_nightly_preset(aws: EmbeddedAws, stack: DeployedStack) -> None:
-    schedule = stack.schedule_name("NightlySchedule")
-    aws.events.fire_schedule(schedule)
-    validate = wait_for(lambda: aws.invocations.of("ValidateFunction"), what="Validate")[0]
-    assert validate.event["request"] == {"preset": "nightly"}
+    # Nightly builds need GitHub, which this machine cannot reach: stop each job at Launch.
+    aws.faults.inject("LaunchFunction", "LaunchFailed", times=3)
+    aws.events.fire_schedule(stack.schedule_name("NightlySchedule"))
+    sfn = aws.client("stepfunctions")
+    (execution,) = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    result = aws.wait_execution(execution["executionArn"], timeout=60)
+    assert result.input == {"preset": "nightly"}
+    (validate,) = aws.invocations.of("ValidateFunction")
     assert [j["id"] for j in validate.result["jobs"]] == [
         "torchnightly-cpu-x86_64",
         "torchnightly-cuda12.6-x86_64",
         "torchnightly-cpu-aarch64",
     ]
-    for execution in aws.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]:
-        aws.client("stepfunctions").stop_execution(executionArn=execution["executionArn"])
-    wait_for(lambda: not aws.instances(), timeout=60, what="the reaper after the abort")
+    assert validate.result["run"]["channel"] == "nightly"
+    assert result.status == "FAILED" and result.cause and "3 job(s) failed" in result.cause
+    assert "torchnightly-cpu-aarch64: LaunchFailed: Injected fault: LaunchFailed" in result.cause

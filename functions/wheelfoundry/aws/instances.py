@@ -50,8 +50,20 @@ def user_data(max_seconds: int) -> str:
     return script
 
 
-def launch(event: dict[str, Any], ec2: Any, ssm: Any, settings: LaunchSettings, now: datetime) -> dict[str, Any]:
+def _execution_ended(sfn: Any, execution: str) -> str | None:
+    """The execution's status when it is no longer running (stopped, timed out), else None."""
+    status = str(sfn.describe_execution(executionArn=execution)["status"])
+    return None if status == "RUNNING" else status
+
+
+def launch(
+    event: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, settings: LaunchSettings, now: datetime
+) -> dict[str, Any]:
     job, run, execution = event["job"], event["run"], event["execution"]
+    # An abort does not stop a Launch already in flight, and the abort's reaper has run by then.
+    ended = _execution_ended(sfn, execution)
+    if ended:
+        raise LaunchFailed(f"not launching {job['id']}: the execution is {ended}")
     market = "spot" if job["spot"] else "ondemand"
     identity = {T.STACK: settings.stack, T.EXECUTION: execution, T.JOB: job["id"], T.MARKET: market}
     existing = T.find_instances(ec2, identity, states=("pending", "running"))
@@ -94,8 +106,12 @@ def launch(event: dict[str, Any], ec2: Any, ssm: Any, settings: LaunchSettings, 
         if code in CAPACITY_ERRORS:
             raise CapacityUnavailable(f"{job['instance_type']} ({market}): {code}") from exc
         raise LaunchFailed(f"RunInstances for {job['id']} failed: {code}: {exc}") from exc
-    instance = response["Instances"][0]
-    return {"instance_id": instance["InstanceId"], "market": market, "image_id": image, "reused": False}
+    instance_id = response["Instances"][0]["InstanceId"]
+    ended = _execution_ended(sfn, execution)
+    if ended:  # stopped while RunInstances ran: nobody is left to terminate this instance but us
+        terminate(ec2, [instance_id])
+        raise LaunchFailed(f"terminated {instance_id} of {job['id']}: the execution is {ended}")
+    return {"instance_id": instance_id, "market": market, "image_id": image, "reused": False}
 
 
 def await_agent(instance_id: str, ec2: Any, ssm: Any) -> dict[str, Any]:

@@ -74,6 +74,19 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     }
 
 
+def readable_cause(cause: str | None) -> str:
+    """A Lambda error's cause is its JSON error payload: keep the message, drop the stack trace."""
+    if not cause:
+        return ""
+    try:
+        payload = json.loads(cause)
+    except ValueError:
+        return cause
+    if isinstance(payload, dict) and "errorMessage" in payload:
+        return str(payload["errorMessage"])
+    return cause
+
+
 def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: list[str]) -> dict[str, Any]:
     """The job's outcome: full text to S3, a short form for the execution state."""
     job, run = state["job"], state["run"]
@@ -92,7 +105,7 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "instances_kept": kept,
     }
     s3.put_object(Bucket=run["bucket"], Key=f"{job['prefix']}result.json", Body=json.dumps(full, indent=2))
-    cause = full["cause"] or ""
+    cause = readable_cause(full["cause"])
     if not error and status == "partial":
         details = collect_result.get("failures", []) + [f"conflict: {c}" for c in collect_result.get("conflicts", [])]
         cause = "; ".join(details)

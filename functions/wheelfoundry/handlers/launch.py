@@ -20,7 +20,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         ami_parameters={"x86_64": rt.var("WF_AMI_PARAMETER_X86_64"), "aarch64": rt.var("WF_AMI_PARAMETER_AARCH64")},
         subnets=tuple(s for s in rt.var("WF_SUBNET_IDS", "").split(",") if s),
     )
-    result = launch(event, rt.client("ec2"), rt.client("ssm"), settings, datetime.now(UTC))
+    result = launch(event, rt.client("ec2"), rt.client("ssm"), rt.client("stepfunctions"), settings, datetime.now(UTC))
     if not result["reused"]:
         metrics.add_metric(name="InstancesLaunched", unit="Count", value=1)
     logger.info("launched", extra={"job": event["job"]["id"], **result})
