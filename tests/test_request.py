@@ -109,8 +109,16 @@ def test_three_mistakes_are_reported_together_each_with_its_field() -> None:
         ({"options": {"executor": "codebuild", "max_hours": 9}}, "options.max_hours", "8-hour"),
         ({"preset": "weekly"}, "preset", "allowed: nightly"),
         ({"framework": "tensorflow"}, "framework", "allowed: pytorch, extension"),
-        ({"framework": "extension", "name": "e", "source": {"git": "https://h.example/r.git"}, "torch": ["2.13", "2.13.0"]},
-         "torch[1]", "is torch 2.13.0 again"),
+        (
+            {
+                "framework": "extension",
+                "name": "e",
+                "source": {"git": "https://h.example/r.git"},
+                "torch": ["2.13", "2.13.0"],
+            },
+            "torch[1]",
+            "is torch 2.13.0 again",
+        ),
     ],
 )
 def test_each_kind_of_mistake(raw: dict[str, Any], path: str, fragment: str) -> None:
