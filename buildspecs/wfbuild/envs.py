@@ -202,13 +202,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-url", help="where torch comes from (default: this host's pip configuration)")
     parser.add_argument("--requirements", type=Path, help="a requirements file (torch's own requirements.txt)")
     parser.add_argument("--pip", action="append", default=[], help="a further package (repeatable)")
+    parser.add_argument("--expect-cuda", help="the CUDA version torch must be built with (a CUDA cell)")
     args = parser.parse_args(argv)
     cache = os.environ.get("WF_CACHE_DIR")
     env = create(
         args.dest, args.python, args.pip, args.requirements, args.torch, args.index_url, Path(cache) if cache else None
     )
+    if args.expect_cuda:
+        problem = cuda_problem(env, args.expect_cuda)
+        if problem:
+            print(f"wfbuild.envs: {problem}", file=sys.stderr, flush=True)
+            return 1
     print(f"environment ready: {env}")
     return 0
+
+
+def cuda_problem(env: Path, expected: str) -> str | None:
+    """A CUDA extension built against a torch without that CUDA would be mislabelled: refuse it."""
+    probe = "import torch; print(torch.__version__, torch.version.cuda or 'none')"
+    out = subprocess.run([str(env / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return f"torch does not import in {env}: {out.stderr.strip()[-500:]}"
+    version, cuda = out.stdout.split()[-2:]
+    if cuda == "none" or cuda.split(".")[:2] != expected.split(".")[:2]:
+        return (
+            f"torch {version} in the build environment is built for CUDA {cuda}, but this cell needs CUDA "
+            f"{expected}: use torch_index 'pytorch' or a pip configuration that serves the CUDA build"
+        )
+    return None
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,11 @@ class Job:
         host = render_stages(self.job, work_dir=str(self.work), bundle_dir=str(self.bundle))
         inside = render_stages(self.job) if self.mode == "docker" else host
         image, fatal_failed = "", False
+        problem = platform_problem(self.job["platform"], platform.machine())
+        if problem:  # a wheel built here would carry this host's architecture, not the job's
+            self.log.note(problem)
+            self.results.append(self._result(Stage("preflight", [], {}), "failed", time.monotonic(), None, [], problem))
+            fatal_failed = True
         if self.mode == "docker" and any(not s.host for s in host):
             started = time.monotonic()
             try:
@@ -208,6 +214,20 @@ class Job:
         if self.token:
             self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
         return 1
+
+
+MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def platform_problem(job_platform: str, machine: str) -> str | None:
+    """Why this host cannot build the job's platform (None: it can)."""
+    host = MACHINES.get(machine.lower(), machine)
+    if host == job_platform:
+        return None
+    return (
+        f"this host is {host}: a {job_platform} job runs on a {job_platform} instance "
+        f"(the launch template for {job_platform}); builds are never cross-compiled"
+    )
 
 
 def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | None = None) -> int:

@@ -218,6 +218,8 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     stages = [source]
     for python in job["python"]:
         tools = ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
+        if job.get("cuda"):
+            tools += ["--expect-cuda", safety.check(safety.CUDA, job["cuda"], "cuda")]
         env_argv = _tool("envs", "--python", python, "--dest", p.env(python), "--torch", torch, *index, *tools)
         env_stage = Stage(f"env-{python}", env_argv, {}, name, python, fatal=False, needs=(source.name,))
         env = {"WF_SRC_DIR": src, "WF_ENV_DIR": p.env(python), "WF_OUT_DIR": p.raw(name, python)}
