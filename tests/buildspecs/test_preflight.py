@@ -29,6 +29,8 @@ def test_a_job_builds_only_on_its_own_architecture(job: str, machine: str, ok: b
 
 def test_a_cuda_cell_refuses_a_torch_without_that_cuda(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "python").symlink_to(sys.executable)  # this venv's torch 2.13.0+cpu
+    wrapper = tmp_path / "bin" / "python"  # this venv's Python, with its torch 2.13.0+cpu
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     problem = cuda_problem(tmp_path, "13.0")
     assert problem is not None and "built for CUDA none" in problem and "needs CUDA 13.0" in problem
