@@ -13,6 +13,7 @@ from wheelfoundry.model import Options, TargetSpec
 from wheelfoundry.resolve import Resolved
 
 PAGE_SIZE_FLAG = "-Wl,-z,max-page-size=0x10000"  # aarch64 kernels with 64 KiB pages
+CUDA_HOME = "/usr/local/cuda"  # where PyTorch's CUDA builder images (and NVIDIA's installers) put the toolkit
 
 
 def flag(value: bool) -> str:
@@ -74,6 +75,7 @@ def torch_env(
         env.update(
             {
                 "CUDA_VERSION": target.cuda,
+                "CUDA_HOME": CUDA_HOME,
                 "TORCH_CUDA_ARCH_LIST": arch_list,
                 "TORCH_NVCC_FLAGS": "-Xfatbin -compress-all",
                 # Slim wheel: CUDA libraries come from the nvidia-* wheels, found through RPATH.

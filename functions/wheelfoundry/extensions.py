@@ -55,6 +55,7 @@ def plan_extension(
                 if cuda:
                     arch_list = request.arch_list or catalog.cuda[cuda].default_arch_list
                     env.update({"TORCH_CUDA_ARCH_LIST": arch_list, "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
+                    env["CUDA_HOME"] = buildenv.CUDA_HOME
                 if platform == "aarch64":
                     env["LDFLAGS"] = buildenv.PAGE_SIZE_FLAG
                 source = request.source

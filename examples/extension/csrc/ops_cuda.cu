@@ -1,0 +1,84 @@
+// CUDA implementations of wf_example_ops, registered for the CUDA dispatch key.
+//
+// Built only for CUDA cells (FORCE_CUDA=1, see setup.py). Compiling needs the CUDA toolkit, not a
+// GPU; the kernels run wherever torch sees a device.
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+namespace wf_example_ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid-stride loops: correct for any size with a bounded grid.
+template <typename T>
+__global__ void scaled_add_kernel(const T* a, const T* b, T* out, T alpha, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
+    out[i] = a[i] + alpha * b[i];
+  }
+}
+
+template <typename T>
+__global__ void relu_square_kernel(const T* x, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
+    const T v = x[i] > T(0) ? x[i] : T(0);
+    out[i] = v * v;
+  }
+}
+
+unsigned int blocks_for(int64_t n) {
+  const int64_t wanted = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned int>(wanted < 65535 ? wanted : 65535);
+}
+
+}  // namespace
+
+at::Tensor scaled_add_cuda(const at::Tensor& a, const at::Tensor& b, double alpha) {
+  TORCH_CHECK(a.sizes() == b.sizes(), "scaled_add: shapes differ: ", a.sizes(), " vs ", b.sizes());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "scaled_add: dtypes differ");
+  TORCH_CHECK(a.device() == b.device(), "scaled_add: tensors on different devices");
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor ac = a.contiguous();
+  at::Tensor bc = b.contiguous();
+  at::Tensor out = at::empty_like(ac);
+  const int64_t n = out.numel();
+  if (n == 0) {
+    return out;
+  }
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(ac.scalar_type(), "scaled_add_cuda", [&] {
+    scaled_add_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+        ac.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), static_cast<scalar_t>(alpha), n);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+at::Tensor relu_square_cuda(const at::Tensor& x) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const int64_t n = out.numel();
+  if (n == 0) {
+    return out;
+  }
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES(xc.scalar_type(), "relu_square_cuda", [&] {
+    relu_square_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(xc.data_ptr<scalar_t>(),
+                                                                          out.data_ptr<scalar_t>(), n);
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(wf_example_ops, CUDA, m) {
+  m.impl("scaled_add", &scaled_add_cuda);
+  m.impl("relu_square", &relu_square_cuda);
+}
+
+}  // namespace wf_example_ops
