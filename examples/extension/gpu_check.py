@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 
 import torch
-
 import wf_example_ops
 
 
@@ -25,7 +24,7 @@ def main() -> int:
             b = torch.randn(shape, generator=gen, device=device, dtype=dtype)
             torch.testing.assert_close(wf_example_ops.scaled_add(a, b, 0.25), a + 0.25 * b)
             torch.testing.assert_close(wf_example_ops.relu_square(a), torch.relu(a) ** 2)
-            print(f"  ok  {str(dtype):14} {str(shape):14} scaled_add, relu_square")
+            print(f"  ok  {dtype!s:14} {shape!s:14} scaled_add, relu_square")
     x = torch.arange(12, device=device, dtype=torch.float32).reshape(3, 4).t() - 5.0  # non-contiguous
     torch.testing.assert_close(wf_example_ops.relu_square(x), torch.relu(x) ** 2)
     big = torch.randn(1 << 24, device=device)
