@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from wheelfoundry.errors import ASL_ERROR_NAMES
 
 from tests.helpers import ASL, all_states, asl, resources, substitutions_used
+from wheelfoundry.errors import ASL_ERROR_NAMES
 
 LAMBDA_RETRY = {
     "Lambda.ServiceException",

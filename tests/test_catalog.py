@@ -7,6 +7,7 @@ wrong edit of the catalog fails a test.
 from __future__ import annotations
 
 import pytest
+
 from wheelfoundry.catalog import catalog_from_text, classify, load_catalog
 from wheelfoundry.resolve import Unresolvable, resolve_version
 

@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+
 from wheelfoundry.index import IndexFile, publish_index, render_project, render_root
 from wheelfoundry.index_server import object_key, serving
 

@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
+
 from wheelfoundry.aws import tags as T
 from wheelfoundry.aws.callback import on_event
 from wheelfoundry.aws.instances import LaunchSettings, await_agent, client_token, launch, reap

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
 from wheelfoundry.model import BuildRequest, ExtensionRequest
 from wheelfoundry.request import parse_request

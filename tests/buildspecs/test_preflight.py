@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from wfbuild.envs import cuda_problem
 from wfbuild.runner import platform_problem
 

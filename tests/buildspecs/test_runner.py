@@ -21,10 +21,10 @@ import boto3
 import pytest
 import requests
 from moto.server import ThreadedMotoServer
-from wfbuild import runner
 
 from tests.buildspecs.conftest import BUNDLE, example_source, run
 from tests.buildspecs.jobs import plan_extension_job
+from wfbuild import runner
 
 OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures"}
 WHEEL_KEYS = {"filename", "key", "package", "version", "python", "sha256", "size", "requires_python", "metadata_key"}

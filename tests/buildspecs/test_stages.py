@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from wfbuild import safety
-from wfbuild.stages import Stage, render_stages
 
 from tests.buildspecs.jobs import GOLDEN, golden_files, jobs
+from wfbuild import safety
+from wfbuild.stages import Stage, render_stages
 
 
 def _stage(job: dict[str, Any], name: str) -> Stage:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+
+from tests.buildspecs.conftest import BUNDLE
+from tests.buildspecs.jobs import jobs
 from wfbuild import callback, container, envs, source, versions, wheelfile
 from wfbuild.execute import BuildLog
 from wfbuild.libs import nvidia_rpaths
 from wfbuild.runner import Job
-
-from tests.buildspecs.conftest import BUNDLE
-from tests.buildspecs.jobs import jobs
 
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "protocol.file.allow=always"]
 FILE_PROTOCOL = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow", "GIT_CONFIG_VALUE_0": "always"}

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 from .conftest import launch, online, wait_for

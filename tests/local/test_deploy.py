@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from wheelfoundry_local import DeployedStack, DeployError, EmbeddedAws
 from wheelfoundry_local.cfn_yaml import load_template
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 from .conftest import launch, wait_for

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from wheelfoundry_local import EmbeddedAws
 from wheelfoundry_local.server import MotoServer
 

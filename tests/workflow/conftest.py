@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.demo import pack_source
 from wheelfoundry_local.session import ExecutionResult

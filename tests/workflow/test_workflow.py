@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 from tests.workflow.conftest import (
     extension_request,
@@ -21,6 +20,7 @@ from tests.workflow.conftest import (
     source,
     upload,
 )
+from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 BROKEN_C = "this is not C;\n"
 SLOW_SETUP = (
