@@ -225,7 +225,7 @@ def platform_problem(job_platform: str, machine: str) -> str | None:
     if host == job_platform:
         return None
     return (
-        f"this host is {host}: a {job_platform} job runs on a {job_platform} instance "
+        f"this host is {host}: {job_platform} jobs run on {job_platform} instances "
         f"(the launch template for {job_platform}); builds are never cross-compiled"
     )
 
