@@ -22,6 +22,7 @@ builder image's, so the wheel gets the tag this host allows, e.g. manylinux_2_34
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shutil
@@ -114,6 +115,35 @@ def add_rpaths(root: Path, rpaths: list[str], lib_paths: list[str] | None = None
     return changed
 
 
+def static_cxx_runtime(wheel: Path) -> list[str]:
+    """Torch-linked libraries that carry their own C++ runtime (libstdc++ linked statically).
+
+    Such a library throws its exceptions with its own copy of the C++ runtime into torch's
+    dispatcher, which catches with torch's: the process crashes (seen with a toolchain whose
+    linker found only libstdc++.a). Never ship one.
+    """
+    from elftools.elf.elffile import ELFFile  # auditwheel's own dependency
+
+    found = []
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if ".so" not in name.rsplit("/", 1)[-1] or ".libs/" in name:
+                continue
+            data = io.BytesIO(archive.read(name))
+            if data.read(4) != b"\x7fELF":
+                continue
+            elf = ELFFile(data)
+            dynamic, symbols = elf.get_section_by_name(".dynamic"), elf.get_section_by_name(".dynsym")
+            if dynamic is None or symbols is None:
+                continue
+            needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+            if not any(n.startswith(("libc10", "libtorch")) for n in needed) or any("libstdc++" in n for n in needed):
+                continue
+            if any(sym.name == "__cxa_throw" and sym["st_shndx"] != "SHN_UNDEF" for sym in symbols.iter_symbols()):
+                found.append(name)
+    return found
+
+
 def bundled(wheel: Path, library: str) -> list[str]:
     pattern = re.compile(rf"^{re.escape(library)}([.-]|$)")
     with zipfile.ZipFile(wheel) as zf:
@@ -131,6 +161,12 @@ def repair_one(wheel: Path, out_dir: Path, opts: Options) -> Path:
         if _is_pure(current):
             print(f"{current.name}: pure Python, nothing to repair", flush=True)
         else:
+            static = static_cxx_runtime(current)
+            if static:
+                raise RepairError(
+                    f"{current.name}: {', '.join(static)} links libstdc++ statically beside torch; "
+                    "exceptions into torch would crash: link libstdc++.so (e.g. LDFLAGS=-L<dir with libstdc++.so>)"
+                )
             current = _auditwheel(current, Path(tmp) / "audited", opts)
         missing = wheelfile.missing_requirements(wheelfile.info(current).requires_dist, opts.requires)
         if missing or opts.rpaths:
