@@ -122,7 +122,9 @@ def static_cxx_runtime(wheel: Path) -> list[str]:
     dispatcher, which catches with torch's: the process crashes (seen with a toolchain whose
     linker found only libstdc++.a). Never ship one.
     """
-    from elftools.elf.elffile import ELFFile  # auditwheel's own dependency
+    from elftools.elf.dynamic import DynamicSection  # pyelftools: auditwheel's own dependency
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     found = []
     with zipfile.ZipFile(wheel) as archive:
@@ -134,7 +136,7 @@ def static_cxx_runtime(wheel: Path) -> list[str]:
                 continue
             elf = ELFFile(data)
             dynamic, symbols = elf.get_section_by_name(".dynamic"), elf.get_section_by_name(".dynsym")
-            if dynamic is None or symbols is None:
+            if not isinstance(dynamic, DynamicSection) or not isinstance(symbols, SymbolTableSection):
                 continue
             needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
             if not any(n.startswith(("libc10", "libtorch")) for n in needed) or any("libstdc++" in n for n in needed):
