@@ -138,7 +138,7 @@ def static_cxx_runtime(wheel: Path) -> list[str]:
             dynamic, symbols = elf.get_section_by_name(".dynamic"), elf.get_section_by_name(".dynsym")
             if not isinstance(dynamic, DynamicSection) or not isinstance(symbols, SymbolTableSection):
                 continue
-            needed = [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+            needed = [str(getattr(tag, "needed", "")) for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
             if not any(n.startswith(("libc10", "libtorch")) for n in needed) or any("libstdc++" in n for n in needed):
                 continue
             if any(sym.name == "__cxa_throw" and sym["st_shndx"] != "SHN_UNDEF" for sym in symbols.iter_symbols()):
