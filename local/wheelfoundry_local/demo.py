@@ -100,8 +100,8 @@ def install_and_test(index: str, project: str, torch_version: str, tests: Path, 
         "--disable-pip-version-check",
         "--no-warn-script-location",
     ]
-    out(f"installing torch=={torch_version} and pytest into a fresh venv ({venv})")
-    subprocess.run([*pip, f"torch=={torch_version}", "numpy", "pytest"], check=True)
+    out(f"installing torch=={torch_version}, pytest and hypothesis into a fresh venv ({venv})")
+    subprocess.run([*pip, f"torch=={torch_version}", "numpy", "pytest", "hypothesis"], check=True)
     out(f"installing {project} from the index: pip install --index-url {index} {project}")
     # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
     subprocess.run([*pip, "--isolated", "--index-url", index, project], check=True)
