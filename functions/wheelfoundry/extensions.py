@@ -8,22 +8,18 @@ from packaging.version import Version
 
 from wheelfoundry import buildenv
 from wheelfoundry.catalog import Catalog
-from wheelfoundry.config import FarmConfig, InstanceType
-from wheelfoundry.jobs import ExtensionSpec, InstanceChoice, Job, PackagePin, SmokeSpec, StackContext
+from wheelfoundry.config import FarmConfig
+from wheelfoundry.jobs import ExtensionSpec, Job, PackagePin, SmokeSpec, StackContext
 from wheelfoundry.model import ExtensionRequest
 from wheelfoundry.resolve import resolve_version
-from wheelfoundry.sizing import estimate, max_jobs
-from wheelfoundry.targets import variant
+from wheelfoundry.sizing import choose_instance, estimate, max_jobs
+from wheelfoundry.targets import target_id, variant
 
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _instance(spec: InstanceType, spot: bool) -> InstanceChoice:
-    return InstanceChoice(spec.name, spec.arch, spec.vcpus, spec.memory_gib, spec.usd_per_hour, spot)
 
 
 def plan_extension(
@@ -41,11 +37,9 @@ def plan_extension(
             cuda = None if cuda_spec == "cpu" else cuda_spec
             accelerator = "cuda" if cuda else "cpu"
             for platform in request.platforms:
-                tid = f"{'cuda' + cuda if cuda else 'cpu'}-{platform}"
+                tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
                 label = variant(accelerator, cuda)
-                instance = _instance(
-                    config.instance_types[config.instances[f"extension-{platform}"]], request.options.spot
-                )
+                instance = choose_instance(f"extension-{platform}", None, request.options.spot, config)
                 env = {
                     "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
                     "USE_CUDA": buildenv.flag(bool(cuda)),
