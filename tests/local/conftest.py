@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,14 @@ def wait_for(predicate: object, timeout: float = 10.0, interval: float = 0.05) -
 def online(aws: EmbeddedAws, instance_id: str) -> None:  # noqa: F811
     """Wait until the emulated agent registered the instance."""
     wait_for(lambda: aws.registration.is_online(aws.region, instance_id), timeout=5)
+
+
+@pytest.fixture(autouse=True)
+def _no_instance_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The project's rule for every test that uses the emulator: nothing pending or running after it."""
+    session = request.getfixturevalue("embedded_aws") if "aws" in request.fixturenames else None
+    yield
+    if session is not None:
+        from wheelfoundry_local.testing import assert_no_instances
+
+        assert_no_instances(session)
