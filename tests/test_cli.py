@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,27 @@ def test_preset_by_name() -> None:
     result = run("plan", "nightly")
     assert result.returncode == 0
     assert "torchnightly-cuda12.6-x86_64" in result.stdout
+
+
+def test_dry_run_shows_image_environment_and_stages_per_job() -> None:
+    result = run("plan", EXAMPLE, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    jobs = result.stdout.split("\n=== ")[1:]
+    assert [j.splitlines()[0] for j in jobs] == [
+        "torch2.5.1-cpu-x86_64",
+        "torch2.5.1-cuda12.4-x86_64",
+        "torch2.5.1-cpu-aarch64",
+    ]
+    cpu, cuda, arm = jobs
+    for job in jobs:
+        assert "\nimage: " in job and "\nenvironment:\n" in job and "\nstages:\n" in job
+        stages = re.findall(r"^\s*\d+\. \[([^\]]+)\]", job, flags=re.MULTILINE)
+        assert stages[0] == "checkout-torch" and stages[-1] == "manifest"
+        assert (
+            stages.index("build-torch-3.11") < stages.index("build-torch-3.12") < stages.index("build-torchvision-3.11")
+        )
+    assert "TORCH_CUDA_ARCH_LIST='8.0;8.6;9.0+PTX'" in cuda and "FROM pytorch/manylinux2_28-builder:cuda12.4" in cuda
+    assert "slim CUDA requirements" in cuda and "nvidia-cudnn-cu12==9.1.0.70" in cuda and "USE_CUDA=1" in cuda
+    assert "BLAS=OpenBLAS" in arm and "USE_MKLDNN_ACL=1" in arm and "ACL_ROOT_DIR=/acl" in arm
+    assert "build-arg OPENBLAS_VERSION=v0.3.30" in arm and "build-arg ACL_VERSION=v52.6.0" in arm
+    assert "USE_CUDA=0" in cpu and "BLAS=MKL" in cpu
