@@ -39,7 +39,7 @@ lint: $(STAMP) $(SAM)
 	$(BIN)/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM) validate --lint --region us-east-1
 	$(BIN)/statelint --ignore=URI statemachine/build.asl.json
-	find buildspecs -name '*.sh' -print0 | xargs -0 -r $(BIN)/shellcheck
+	find buildspecs examples -name '*.sh' -print0 | xargs -0 -r $(BIN)/shellcheck
 	find buildspecs -name '*.Dockerfile' -print0 | xargs -0 -r -n1 $(BIN)/hadolint
 
 clean:
