@@ -68,10 +68,15 @@ def make_handler(s3: Any, bucket: str) -> type[BaseHTTPRequestHandler]:
     return IndexHandler
 
 
+def make_server(s3: Any, bucket: str, port: int) -> ThreadingHTTPServer:
+    """The proxy, bound to 127.0.0.1 only (port 0: any free one)."""
+    return ThreadingHTTPServer(("127.0.0.1", port), make_handler(s3, bucket))
+
+
 @contextmanager
 def serving(s3: Any, bucket: str, port: int = 0) -> Iterator[str]:
     """Run the proxy in a thread; yields its base URL (``http://127.0.0.1:<port>``)."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(s3, bucket))
+    server = make_server(s3, bucket, port)
     thread = threading.Thread(target=server.serve_forever, name="wheelfoundry-index", daemon=True)
     thread.start()
     try:
@@ -82,6 +87,6 @@ def serving(s3: Any, bucket: str, port: int = 0) -> Iterator[str]:
 
 
 def serve_forever(s3: Any, bucket: str, port: int) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", port), make_handler(s3, bucket))
+    server = make_server(s3, bucket, port)
     print(f"serving s3://{bucket}/simple/ at http://127.0.0.1:{server.server_address[1]}/simple/<channel>/", flush=True)
     server.serve_forever()
