@@ -106,6 +106,9 @@ class Job:
     options: Options
     estimate: Estimate
     extension: ExtensionSpec | None = None
+    # Where the job runs: chosen by the planner (wheelfoundry.executors) from options.executor.
+    executor: Literal["ec2", "codebuild"] = "ec2"
+    compute_type: str | None = None  # CodeBuild compute type when executor == "codebuild"
 
     @property
     def max_seconds(self) -> int:

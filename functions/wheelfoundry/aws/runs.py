@@ -36,6 +36,7 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
         "prefix": prefix,
         "job_key": f"{prefix}job.json",
         "platform": job.platform,
+        "executor": job.executor,
         "instance_type": job.instance.type,
         "spot": job.instance.spot,
         "max_seconds": job.max_seconds,
