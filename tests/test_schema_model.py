@@ -81,6 +81,7 @@ def _literal_values(cls: type, name: str) -> set[Any]:
         (model.Options, "executor", ("options", "executor")),
         (model.ExtensionRequest, "platforms", ("extension", "platforms")),
         (model.ExtensionRequest, "torch_index", ("extension", "torch_index")),
+        (model.ExtensionRequest, "layout", ("extension", "layout")),
     ],
 )
 def test_enums_match_literals(cls: type, field: str, path: tuple[str, str]) -> None:

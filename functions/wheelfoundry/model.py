@@ -75,6 +75,8 @@ class ExtensionRequest:
     torch_index: Literal["pytorch", "pip"]
     local_version: bool
     options: Options
+    layout: Literal["merged", "per-cell"]
+    require_all_cells: bool
     channel: str
     framework: Literal["extension"] = "extension"
 

@@ -176,6 +176,8 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
             arch_list=data.get("arch_list"),
             torch_index=data["torch_index"],
             local_version=data["local_version"],
+            layout=data["layout"],
+            require_all_cells=data["require_all_cells"],
             options=_options(data["options"]),
             channel=data.get("channel") or "extensions",
         )
