@@ -193,8 +193,8 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
     cells = len(resolved) * max(1, len(list(_strs(data.get("cuda")))))
     if data.get("layout") == "per-cell" and data.get("local_version") is False and cells > 1:
         # Without the +pt<XY><variant> label every cell's wheel has the same file name.
-        issues.append(Issue("local_version", f"per-cell layout with {cells} torch x CUDA cells needs local versions"
-                            " (or layout 'merged')", False, (True,)))
+        message = f"per-cell layout with {cells} torch x CUDA cells needs local versions (or layout 'merged')"
+        issues.append(Issue("local_version", message, False, ("true",)))
     if isinstance(arch_list, str) and not cudas and "arch_list" not in skip:
         issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
     return issues + _check_options(data.get("options"), skip)
