@@ -73,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except RequestInvalid as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One problem (a file the JSON parser refuses, say) is one line; several are listed.
+        text = str(exc.issues[0]) if len(exc.issues) == 1 else str(exc)
+        print(f"error: {text}", file=sys.stderr)
         return 2
     return code
 

@@ -7,7 +7,6 @@ builder's variables (PYTORCH_VERSION, ...), command-line flags.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from wheelfoundry.errors import Issue, RequestInvalid
 from wheelfoundry.presets import preset_names
+from wheelfoundry.request import loads_request
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -71,9 +71,9 @@ def load_source(source: str | None) -> dict[str, Any]:
     path = Path(source)
     if path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise RequestInvalid([Issue(str(path), f"not valid JSON: {exc}", source)]) from exc
+            data = loads_request(path.read_bytes(), str(path))
+        except OSError as exc:
+            raise RequestInvalid([Issue(str(path), f"cannot read: {exc.strerror or exc}", source)]) from None
         if not isinstance(data, dict):
             raise RequestInvalid([Issue(str(path), "the request must be a JSON object", source)])
         return data

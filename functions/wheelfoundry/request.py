@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
@@ -125,6 +126,82 @@ def _control_characters(value: Any, path: list[Any]) -> list[Issue]:
     return []
 
 
+MAX_REQUEST_BYTES = 256 * 1024  # Step Functions' own limit on an execution's input
+MAX_DEPTH = 16  # the schema's deepest field is 4 levels down
+MAX_NODES = 20_000
+MAX_INT = 2**53  # beyond this JSON numbers stop being portable (RFC 8259 section 6)
+
+
+def _number_issue(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        return f"a number with {len(str(abs(value)))} digits is out of range"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    return None
+
+
+def input_issues(raw: Any) -> list[Issue]:
+    """What no request may hold, checked without recursion before anything else looks at it:
+    nesting deeper than MAX_DEPTH, more than MAX_NODES values, huge or non-finite numbers, and
+    strings that are not valid Unicode (lone surrogates from ``\\ud800`` escapes)."""
+    stack: list[tuple[Any, int, str]] = [(raw, 0, "")]
+    nodes = 0
+    while stack:
+        value, depth, path = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            return [Issue("", f"the request holds more than {MAX_NODES} values")]
+        if depth > MAX_DEPTH:
+            return [Issue(path, f"nested deeper than {MAX_DEPTH} levels")]
+        if isinstance(value, Mapping):
+            stack += [(v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in value.items()]
+            for key in value:
+                if not isinstance(key, str) or _surrogate(key):
+                    return [Issue(path, f"the key {key!r} is not valid Unicode text")]
+        elif isinstance(value, list | tuple):
+            stack += [(v, depth + 1, f"{path}[{n}]") for n, v in enumerate(value)]
+        elif isinstance(value, str):
+            if _surrogate(value):
+                return [Issue(path, "the text is not valid Unicode (a lone surrogate)")]
+        elif (problem := _number_issue(value)) is not None:
+            return [Issue(path, problem)]
+    return []
+
+
+def _surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_request(data: bytes, where: str) -> Any:
+    """Parse a request file's bytes. Whatever the parser cannot handle (not UTF-8, not JSON, nesting
+    past the interpreter's stack, integers past Python's digit limit, NaN) is one RequestInvalid issue."""
+    if len(data) > MAX_REQUEST_BYTES:
+        limit = f"the file has {len(data)} bytes; a request holds at most {MAX_REQUEST_BYTES}"
+        raise RequestInvalid([Issue(where, limit)])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1]
+        raise RequestInvalid([Issue(where, f"not UTF-8 text (byte {exc.start}: {bad!r})")]) from None
+    try:
+        raw = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise RequestInvalid([Issue(where, "not valid JSON: nested too deeply to parse")]) from None
+    except ValueError as exc:  # JSONDecodeError, and int() past sys.get_int_max_str_digits()
+        message = " ".join(str(exc).split())[:200]
+        raise RequestInvalid([Issue(where, f"not valid JSON: {message}")]) from None
+    issues = input_issues(raw)
+    if issues:
+        raise RequestInvalid([Issue(where + (f": {i.path}" if i.path else ""), i.message) for i in issues])
+    return raw
+
+
 def shape_issues(raw: Any) -> list[Issue]:
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
@@ -137,6 +214,9 @@ def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig |
     config = config or load_config()
     if not isinstance(raw, Mapping):
         raise RequestInvalid([Issue("", f"the request must be a JSON object, not {type(raw).__name__}", raw)])
+    limits = input_issues(raw)
+    if limits:  # before the schema: jsonschema and the checks below recurse
+        raise RequestInvalid(limits)
     raw, preset_issues = expand_preset(dict(raw))
     issues = preset_issues + shape_issues(raw)
     filled = copy.deepcopy(raw)
