@@ -3,7 +3,8 @@
 ``python -m wfbuild.source --s3 s3://bucket/sources/x.tar.gz --dest WORK/src/NAME [--meta WORK/meta]``
 
 Runs on the host (it needs the instance's AWS role). Archives may be .tar.gz/.tgz or .zip; no
-member may leave the destination (absolute paths, '..'; links and devices are refused). An archive
+member may leave the destination: absolute paths, '..', links pointing outside the tree, devices
+and FIFOs are refused before anything is written. An archive
 holding a single top-level directory (``name-1.0/...``, as sdists do) is unpacked one level up.
 The archive's sha256 and S3 ETag/VersionId go to ``meta/sources/<NAME>.json`` for the manifest.
 """
@@ -15,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import zipfile
@@ -31,23 +33,52 @@ class UnsafeArchive(ValueError):
 
 def _safe_name(name: str) -> None:
     path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or name.startswith("\\"):
+    if path.is_absolute() or ".." in path.parts or name.startswith("\\") or "\0" in name:
         raise UnsafeArchive(f"archive member {name!r} would leave the destination")
 
 
+def _check_link(member: tarfile.TarInfo) -> None:
+    """A link may only point at something inside the tree, by a path that only goes down.
+
+    A symlink's target is relative to its own directory and may not contain '..': lexical checks
+    of '..' are not enough once one link points at another (``a -> b/..`` where ``b -> ../x``).
+    A hard link names another member of the archive, which must itself be a safe name.
+    """
+    target = member.linkname
+    if member.issym():
+        if not target or PurePosixPath(target).is_absolute() or ".." in PurePosixPath(target).parts:
+            raise UnsafeArchive(f"archive member {member.name!r} links outside the tree ({target!r})")
+    else:
+        try:
+            _safe_name(target)
+        except UnsafeArchive:
+            raise UnsafeArchive(f"archive member {member.name!r} links outside the tree ({target!r})") from None
+
+
+def _zip_members(zf: zipfile.ZipFile) -> None:
+    for info in zf.infolist():
+        _safe_name(info.filename)
+        kind = stat.S_IFMT(info.external_attr >> 16)  # Unix mode bits, where the writer stored them
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            raise UnsafeArchive(f"archive member {info.filename!r} is not a file or directory")
+
+
 def extract(archive: Path, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest``; raise UnsafeArchive before writing anything if any member would
+    leave it: absolute names, '..', links pointing outside, devices, FIFOs."""
     dest.mkdir(parents=True, exist_ok=True)
     if archive.name.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
-            for name in zf.namelist():
-                _safe_name(name)
+            _zip_members(zf)
             zf.extractall(dest)  # noqa: S202  (every member was checked above)
         return
     with tarfile.open(archive, "r:*") as tf:
         for member in tf.getmembers():
             _safe_name(member.name)
-            if not (member.isfile() or member.isdir()):  # links and devices have no place in a source tree
-                raise UnsafeArchive(f"archive member {member.name!r} is not a file or directory")
+            if member.issym() or member.islnk():
+                _check_link(member)
+            elif not (member.isfile() or member.isdir()):  # devices and FIFOs have no place in a source tree
+                raise UnsafeArchive(f"archive member {member.name!r} is not a file, directory or link")
         if hasattr(tarfile, "data_filter"):  # Python >= 3.9.17 / 3.11.4: a second line of defence
             tf.extractall(dest, filter="data")
         else:
@@ -60,7 +91,8 @@ def unpack(archive: Path, dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="wf-src-", dir=dest.parent) as tmp:
         extract(archive, Path(tmp))
         entries = list(Path(tmp).iterdir())
-        root = entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(tmp)
+        lone = len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink()
+        root = entries[0] if lone else Path(tmp)
         if dest.exists():
             shutil.rmtree(dest)
         if root == Path(tmp):
