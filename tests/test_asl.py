@@ -48,7 +48,9 @@ def test_every_choice_has_a_default() -> None:
 def test_lambda_tasks_use_invoke_with_the_standard_retries() -> None:
     for name, state in all_states().items():
         if state["Type"] == "Task" and "FunctionName" in state.get("Parameters", {}):
-            assert state["Resource"] == "arn:aws:states:::lambda:invoke", name
+            # StartBuild alone waits for the runner's callback (the task token goes to S3, not the build).
+            wanted = "lambda:invoke.waitForTaskToken" if name == "StartBuild" else "lambda:invoke"
+            assert state["Resource"] == f"arn:aws:states:::{wanted}", name
             covered = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
             assert covered >= LAMBDA_RETRY or "States.ALL" in covered, name
 
@@ -94,3 +96,25 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
 @pytest.mark.parametrize("name", ["Validate", "PublishIndex", "Report"])
 def test_top_level_tasks_exist(name: str) -> None:
     assert asl()["States"][name]["Type"] == "Task"
+
+
+def test_the_codebuild_branch_waits_on_a_token_it_keeps_out_of_the_build_and_stops_on_failure() -> None:
+    states = asl()["States"]["BuildJobs"]["ItemProcessor"]["States"]
+    assert asl()["States"]["BuildJobs"]["ItemProcessor"]["StartAt"] == "ChooseExecutor"
+    choose = states["ChooseExecutor"]
+    assert choose["Default"] == "Launch"
+    assert choose["Choices"][0]["Next"] == "StartBuild"
+    assert {"Variable": "$.job.executor", "StringEquals": "codebuild"} in choose["Choices"][0]["And"]
+    start = states["StartBuild"]
+    assert start["Parameters"]["Payload"]["token.$"] == "$$.Task.Token"  # to the function only
+    assert "TimeoutSecondsPath" in start and "HeartbeatSecondsPath" in start
+    assert start["Next"] == "CollectBuild"
+    assert states["CollectBuild"]["Parameters"]["FunctionName"] == states["Collect"]["Parameters"]["FunctionName"]
+    for name in ("StartBuild", "CollectBuild"):
+        assert states[name]["Catch"] == [
+            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "StopBuildAfterFailure"}
+        ]
+    assert states["StopBuildAfterFailure"]["Parameters"]["Payload"] == {"state.$": "$", "stop": True}
+    assert states["FinishBuild"]["Parameters"]["Payload"] == {"state.$": "$", "stop": False}
+    for name in ("FinishBuild", "StopBuildAfterFailure"):
+        assert states[name]["Catch"][0]["Next"] == "StopBuildFailed" and states[name]["End"] is True

@@ -1,7 +1,9 @@
-"""Backstops for the Build task token: SSM command failures and spot interruption warnings.
+"""Backstops for the Build task token: SSM command failures, spot interruption warnings and
+CodeBuild builds that ended FAILED / STOPPED / TIMED_OUT / FAULT.
 
 The runner normally calls back itself. These fire when it cannot: the command failed before the
-runner started, timed out, was cancelled, or the spot instance is about to be reclaimed.
+runner started, timed out, was cancelled, the spot instance is about to be reclaimed, or the
+CodeBuild build ended before the runner could report (install phase, build timeout, StopBuild).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from wheelfoundry.aws import tags as T
+from wheelfoundry.aws.codebuild import BuildSettings, on_build_state
 
 GONE = {"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"}  # the task already ended
 CAUSE_LIMIT = 32000
@@ -64,9 +67,19 @@ def on_spot_warning(detail: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, stack:
     return {"action": "failed-task" if failed else "no-active-build", "commands": failed}
 
 
-def on_event(event: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, stack: str) -> dict[str, Any]:
+def on_event(
+    event: dict[str, Any],
+    ec2: Any,
+    ssm: Any,
+    sfn: Any,
+    stack: str,
+    builds: tuple[Any, Any, BuildSettings] | None = None,  # (codebuild, s3, settings)
+) -> dict[str, Any]:
     kind = event.get("detail-type", "")
     detail = event.get("detail") or {}
+    if kind == "CodeBuild Build State Change" and builds is not None:
+        codebuild, s3, settings = builds
+        return on_build_state(detail, codebuild, s3, sfn, settings)
     if kind == "EC2 Command Invocation Status-change Notification":
         return on_command_status(detail, ssm, sfn)
     if kind == "EC2 Spot Instance Interruption Warning":

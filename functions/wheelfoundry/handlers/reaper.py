@@ -1,12 +1,15 @@
-"""Reaper: terminate instances of failed/aborted executions, and any instance past its deadline."""
+"""Reaper: terminate instances of failed/aborted executions, and any instance past its deadline;
+stop CodeBuild builds of failed/aborted executions, and any whose execution no longer runs."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+from wheelfoundry.aws.codebuild import reap_builds
 from wheelfoundry.aws.instances import reap
 from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
+from wheelfoundry.handlers.start_build import settings_of
 
 
 @entrypoint
@@ -15,4 +18,9 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
     if result["terminated"]:
         metrics.add_metric(name="InstancesReaped", unit="Count", value=len(result["terminated"]))
         logger.warning("reaped instances", extra=result)
-    return result
+    projects = settings_of(rt).projects.values()
+    builds = reap_builds(event, rt.client("codebuild"), rt.client("stepfunctions"), projects)
+    if builds["stopped"]:
+        metrics.add_metric(name="BuildsReaped", unit="Count", value=len(builds["stopped"]))
+        logger.warning("stopped builds", extra=builds)
+    return {**result, **builds}
