@@ -3,8 +3,9 @@
 Reads job.json from S3, runs the job's stages (in the builder container, or on this host with
 ``WF_CONTAINER=none``), uploads wheels, ``.metadata``, manifest.json and build.log to the run's
 prefix, then calls back: SendTaskSuccess (succeeded/partial) or SendTaskFailure (BuildFailed,
-SpotInterrupted). Without ``WF_TASK_TOKEN`` (CodeBuild's ``startBuild.sync``) it calls nothing
-back and also writes the success payload to ``<prefix>result.json``; the exit status tells.
+SpotInterrupted). On CodeBuild the token is not in the environment: ``WF_TOKEN_KEY`` names the S3
+object that holds it. Without any token it calls nothing back and writes the success payload to
+``<prefix>result.json``; the exit status tells.
 Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 token gone.
 """
 
@@ -49,6 +50,12 @@ class Job:
         clients = clients or {}
         self.s3 = clients.get("s3") or boto3.client("s3", region_name=self.region)
         self.sfn = clients.get("stepfunctions") or boto3.client("stepfunctions", region_name=self.region)
+        token_key = environ.get("WF_TOKEN_KEY", "")
+        if token_key and not self.token:  # CodeBuild: the token is kept out of the build's environment and logs
+            try:
+                self.token = self.s3.get_object(Bucket=self.bucket, Key=token_key)["Body"].read().decode().strip()
+            except Exception as exc:  # bad configuration (exit 2); the build-state rule fails the token
+                raise ValueError(f"cannot read the task token at s3://{self.bucket}/{token_key}: {exc}") from exc
         self.work.mkdir(parents=True, exist_ok=True)
         self.log = BuildLog(self.work / "build.log")
         self.runner = Runner(self.log)
