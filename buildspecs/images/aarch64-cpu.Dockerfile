@@ -2,14 +2,13 @@
 # pinned as PyTorch's aarch64 builders do (.ci/docker/common/install_openblas.sh, install_acl.sh)
 # + Open MPI + sccache + the tools venv. OpenBLAS and ACL stay off the default library path:
 # the repair stage passes their directories to auditwheel, which bundles them into the wheel.
-ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64
+ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64@sha256:f5f03dedf61b47d69d0742d36047db78adeee3bdb7a9910ff52304750ecf2514
 FROM ${BASE_IMAGE}
 
 ARG OPENBLAS_VERSION=v0.3.30
 ARG ACL_VERSION=v52.6.0
 ARG OPENMPI_VERSION=5.0.7
 ARG SCCACHE_VERSION=v0.10.0
-ARG SCONS_VERSION=4.11.1
 ARG TOOLS_PYTHON=/opt/python/cp312-cp312/bin/python
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -18,8 +17,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN dnf install -y libpng-devel libjpeg-turbo-devel libwebp-devel bzip2 && dnf clean all
 
 COPY scripts/ /opt/wf/scripts/
-RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/install_tools.sh \
-    && /opt/wf/tools/bin/python -m pip install --no-cache-dir "scons==${SCONS_VERSION}"
+RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/install_tools.sh
 ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:${PATH}
 RUN OPENBLAS_VERSION="${OPENBLAS_VERSION}" OPENBLAS_PREFIX=/opt/OpenBLAS /opt/wf/scripts/install_openblas.sh
 # One layer per toolchain piece: a changed pin rebuilds only its own layer.

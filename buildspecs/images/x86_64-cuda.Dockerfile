@@ -1,7 +1,8 @@
 # Builder for x86_64 CUDA wheels: PyTorch's own manylinux_2_28 CUDA builder (toolkit, cuDNN,
 # NCCL headers for compiling; no GPU needed) + MKL + Open MPI (CUDA-aware) + sccache + tools venv.
-# BASE_IMAGE is pytorch/manylinux2_28-builder:cuda<CUDA_VERSION> (the job's image.base).
-ARG BASE_IMAGE=pytorch/manylinux2_28-builder:cuda12.6
+# BASE_IMAGE is pytorch/manylinux2_28-builder:cuda<CUDA_VERSION> (the job's image.base), always
+# passed by the runner; no default, since a default would have to be pinned (base-images.lock).
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 ARG CUDA_VERSION=12.6

@@ -10,7 +10,10 @@ set -euo pipefail
 
 work="$(mktemp -d)"
 trap 'rm -rf -- "$work"' EXIT
-python3 -m pip download --no-deps --dest "$work" "mkl-static==${MKL_VERSION}" "mkl-include==${MKL_VERSION}"
+# --require-hashes: pip refuses any wheel whose sha256 is not the one in mkl-requirements.txt.
+[[ "$MKL_VERSION" == 2024.2.0 ]] || { echo "MKL $MKL_VERSION has no pinned hashes (mkl-requirements.txt)" >&2; exit 1; }
+python3 -m pip download --no-deps --require-hashes --only-binary=:all: --dest "$work" \
+  -r "$(dirname "${BASH_SOURCE[0]}")/mkl-requirements.txt"
 mkdir -p "$MKL_ROOT"
 for wheel in "$work"/*.whl; do
   python3 -m wheel unpack --dest "$work/unpacked" "$wheel"

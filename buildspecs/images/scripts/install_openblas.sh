@@ -10,8 +10,12 @@ set -euo pipefail
 
 work="$(mktemp -d)"
 trap 'rm -rf -- "$work"' EXIT
-git clone --quiet --depth 1 --shallow-submodules --branch "$OPENBLAS_VERSION" -- \
-  https://github.com/OpenMathLib/OpenBLAS.git "$work/OpenBLAS"
+# The release tarball, checked against checksums.sha256 (a git tag can be moved; these bytes cannot).
+release="OpenBLAS-${OPENBLAS_VERSION#v}"
+"$(dirname "${BASH_SOURCE[0]}")/fetch_verified.sh" \
+  "https://github.com/OpenMathLib/OpenBLAS/releases/download/${OPENBLAS_VERSION}/${release}.tar.gz" "$work/openblas.tar.gz"
+tar -xzf "$work/openblas.tar.gz" --no-same-owner -C "$work"
+mv "$work/$release" "$work/OpenBLAS"
 flags=(NUM_THREADS=128 USE_OPENMP=1 NO_SHARED=0 DYNAMIC_ARCH=1 TARGET=ARMV8 CFLAGS=-O3
   FFLAGS=-Wno-maybe-uninitialized BUILD_BFLOAT16=1 BUILD_SINGLE=1 BUILD_DOUBLE=1
   BUILD_COMPLEX=1 BUILD_COMPLEX16=1)

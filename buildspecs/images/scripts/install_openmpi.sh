@@ -4,7 +4,7 @@
 # Required environment:
 #   : "${OPENMPI_VERSION:?}"   e.g. 5.0.7
 #   : "${OPENMPI_PREFIX:?}"    e.g. /opt/openmpi
-# Optional: OPENMPI_SHA256 (checked when set), CUDA_HOME (CUDA-aware build when set)
+# Optional: CUDA_HOME (CUDA-aware build when set). The tarball is checked against checksums.sha256.
 set -euo pipefail
 : "${OPENMPI_VERSION:?}"
 : "${OPENMPI_PREFIX:?}"
@@ -14,10 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf -- "$work"' EXIT
 series="${OPENMPI_VERSION%.*}"
 url="https://download.open-mpi.org/release/open-mpi/v${series}/openmpi-${OPENMPI_VERSION}.tar.bz2"
-curl --fail --silent --show-error --location --retry 5 --output "$work/openmpi.tar.bz2" "$url"
-if [[ -n "${OPENMPI_SHA256:-}" ]]; then
-  echo "${OPENMPI_SHA256}  $work/openmpi.tar.bz2" | sha256sum --check --strict
-fi
+"$(dirname "${BASH_SOURCE[0]}")/fetch_verified.sh" "$url" "$work/openmpi.tar.bz2"
 tar -xjf "$work/openmpi.tar.bz2" -C "$work"
 cd "$work/openmpi-${OPENMPI_VERSION}"
 cuda=()

@@ -9,6 +9,6 @@ set -euo pipefail
 : "${TOOLS_DIR:?}"
 
 "$TOOLS_PYTHON" -m venv "$TOOLS_DIR"
-"$TOOLS_DIR/bin/python" -m pip install --no-cache-dir --disable-pip-version-check \
-  -r "$(dirname "${BASH_SOURCE[0]}")/tools-requirements.txt"
+"$TOOLS_DIR/bin/python" -m pip install --no-cache-dir --disable-pip-version-check --require-hashes \
+  --only-binary=:all: -r "$(dirname "${BASH_SOURCE[0]}")/tools-requirements.txt"
 "$TOOLS_DIR/bin/python" -m auditwheel --version

@@ -1,0 +1,155 @@
+"""Issue 10 item 3, supply chain: base images pinned by digest (and the bump procedure), every
+download in the image scripts checked against a pinned sha256, pip installs with hashes, the
+Lambda requirements pinned."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "buildspecs" / "images"
+SCRIPTS = IMAGES / "scripts"
+
+
+def _bump_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bump_base_images", IMAGES / "bump_base_images.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bump = _bump_module()
+
+
+def test_dockerfiles_pin_their_default_base_by_the_digest_in_the_lock() -> None:
+    assert bump.check() == []
+    pins = bump.load()
+    pinned = 0
+    for dockerfile in sorted(IMAGES.glob("*.Dockerfile")):
+        text = dockerfile.read_text()
+        assert re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE) == ["${BASE_IMAGE}"], dockerfile.name
+        default = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.MULTILINE)
+        if default:
+            base, _, digest = default.group(1).partition("@")
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest) and pins[base] == digest, dockerfile.name
+            pinned += 1
+    assert pinned >= 2  # the two manylinux_2_28 CPU builders
+
+
+def test_bump_procedure_rewrites_lock_and_dockerfiles(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    shutil.copytree(IMAGES, images, ignore=shutil.ignore_patterns("scripts", "__pycache__"))
+    lock = images / "base-images.lock"
+    new = {ref: "sha256:" + hexdigit * 64 for hexdigit, ref in zip("ab", bump.load(lock), strict=True)}
+    bump.bump([], resolver=new.__getitem__, images=images, lock=lock)
+    assert bump.load(lock) == new
+    assert bump.check(images, lock) == []
+    x86 = (images / "x86_64-cpu.Dockerfile").read_text()
+    assert f"quay.io/pypa/manylinux_2_28_x86_64@{new['quay.io/pypa/manylinux_2_28_x86_64']}" in x86
+    # Adding a reference: the lock gains it; a Dockerfile edited by hand out of step is reported.
+    bump.bump(
+        ["pytorch/manylinux2_28-builder:cuda12.6"], resolver=lambda ref: "sha256:" + "c" * 64, images=images, lock=lock
+    )
+    assert bump.resolve("pytorch/manylinux2_28-builder:cuda12.6", lock).endswith("@sha256:" + "c" * 64)
+    (images / "x86_64-cpu.Dockerfile").write_text(
+        x86.replace(new["quay.io/pypa/manylinux_2_28_x86_64"], "sha256:" + "0" * 64)
+    )
+    assert any("x86_64-cpu.Dockerfile" in p for p in bump.check(images, lock))
+    with pytest.raises(ValueError):
+        bump.bump(["quay.io/x:1"], resolver=lambda ref: "latest", images=images, lock=lock)
+
+
+def test_an_unpinned_base_is_refused() -> None:
+    with pytest.raises(bump.Unpinned):
+        bump.resolve("quay.io/pypa/manylinux_2_34_x86_64")
+    with pytest.raises(bump.Unpinned):
+        bump.resolve("quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "0" * 64)
+    assert bump.resolve("quay.io/pypa/manylinux_2_28_x86_64").startswith("quay.io/pypa/manylinux_2_28_x86_64@sha256:")
+
+
+def _checksums() -> dict[str, str]:
+    lines = (SCRIPTS / "checksums.sha256").read_text().splitlines()
+    return {ln.split()[1]: ln.split()[0] for ln in lines if ln.strip() and not ln.startswith("#")}
+
+
+def test_every_download_goes_through_the_checksum_gate() -> None:
+    for script in sorted(SCRIPTS.glob("*.sh")):
+        text = script.read_text()
+        assert "set -euo pipefail" in text, script.name
+        if script.name != "fetch_verified.sh":
+            assert not re.search(r"\b(curl|wget)\b", text), f"{script.name} downloads without fetch_verified.sh"
+        for pip in re.findall(r"pip (?:install|download)[^\n]*(?:\\\n[^\n]*)*", text):
+            assert "--require-hashes" in pip, f"{script.name}: {pip}"
+    for dockerfile in IMAGES.glob("*.Dockerfile"):
+        assert not re.search(r"\b(curl|wget|pip install)\b", dockerfile.read_text()), dockerfile.name
+
+
+def test_the_configured_tool_versions_have_pinned_checksums() -> None:
+    tools = tomllib.loads((ROOT / "functions/wheelfoundry/data/config.toml").read_text())["toolchain"]
+    sums = _checksums()
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in sums.values())
+    for arch in ("x86_64", "aarch64"):
+        assert f"sccache-{tools['sccache']}-{arch}-unknown-linux-musl.tar.gz" in sums
+    assert f"openmpi-{tools['openmpi']}.tar.bz2" in sums
+    assert f"OpenBLAS-{tools['openblas'].lstrip('v')}.tar.gz" in sums
+
+
+@pytest.mark.parametrize("name", ["tools-requirements.txt", "mkl-requirements.txt"])
+def test_image_requirements_carry_hashes(name: str) -> None:
+    text = (SCRIPTS / name).read_text().replace("\\\n", " ")
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines
+    for line in lines:
+        assert re.match(r"^[A-Za-z0-9._-]+==[^ ]+ ", line) and re.search(r"--hash=sha256:[0-9a-f]{64}", line), line
+
+
+def test_lambda_requirements_are_exact_pins() -> None:
+    lines = [ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if ln and ln[0] != "#"]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[0-9][0-9A-Za-z.]*", ln) for ln in lines), lines
+
+
+def _fetch(tmp_path: Path, name: str, content: bytes, scripts: Path = SCRIPTS) -> subprocess.CompletedProcess[str]:
+    """Run fetch_verified.sh with a curl stand-in that writes ``content`` (no network)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    payload = tmp_path / "payload"
+    payload.write_bytes(content)
+    fake = bin_dir / "curl"
+    fake.write_text(f'#!/bin/bash\nwhile [[ $# -gt 0 ]]; do [[ $1 == --output ]] && cp "{payload}" "$2"; shift; done\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    url = f"https://example.invalid/{name}"
+    return subprocess.run(
+        ["bash", str(scripts / "fetch_verified.sh"), url, str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def test_fetch_verified_refuses_other_bytes_and_unlisted_files(tmp_path: Path) -> None:
+    name = "openmpi-5.0.7.tar.bz2"
+    bad = _fetch(tmp_path, name, b"not the release")
+    assert bad.returncode != 0 and "does not match" in bad.stderr and not (tmp_path / "out").exists()
+    unlisted = _fetch(tmp_path, "evil-1.0.tar.gz", b"x")
+    assert unlisted.returncode != 0 and "no pinned sha256" in unlisted.stderr
+
+
+def test_fetch_verified_accepts_the_pinned_bytes(tmp_path: Path) -> None:
+    # A checksums file in a copy of the scripts lists the sha256 of known bytes.
+    scripts = tmp_path / "scripts"
+    shutil.copytree(SCRIPTS, scripts)
+    content = b"release bytes"
+    (scripts / "checksums.sha256").write_text(f"{hashlib.sha256(content).hexdigest()}  tool-1.0.tar.gz\n")
+    result = _fetch(tmp_path, "tool-1.0.tar.gz", content, scripts)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out").read_bytes() == content
