@@ -32,7 +32,7 @@ def test_good_request_parses_with_defaults() -> None:
     assert isinstance(request, BuildRequest)
     assert request.channel == "release"
     assert request.options.spot and request.options.mpi and not request.options.keep_on_failure
-    assert request.options.max_hours == 8
+    assert request.options.max_hours == 8 and request.options.executor == "auto"
     assert [t.accelerator for t in request.targets] == ["cpu", "cuda", "cpu"]
 
 
@@ -107,7 +107,7 @@ def test_three_mistakes_are_reported_together_each_with_its_field() -> None:
         ({"targets": [{"instance_type": "z9.huge"}]}, "targets[0].instance_type", "not in the price table"),
         ({"targets": [{"instance_type": "c7g.8xlarge"}]}, "targets[0].instance_type", "is aarch64, not x86_64"),
         ({"targets": [{"platform": "x86_64", "acl": True}]}, "targets[0].acl", "for aarch64 targets"),
-        ({"options": {"executor": "codebuild"}}, "options.executor", "not available in this stack yet"),
+        ({"options": {"executor": "fargate"}}, "options.executor", "allowed: auto, ec2, codebuild"),
         ({"preset": "weekly"}, "preset", "allowed: nightly"),
         ({"framework": "tensorflow"}, "framework", "allowed: pytorch, extension"),
         (

@@ -28,9 +28,9 @@ def _plan_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs]}, indent=2))
     elif args.dry_run:
-        print(render_dry_run(plan))
+        print(render_dry_run(plan, explain=args.explain))
     else:
-        print(render_plan(plan))
+        print(render_plan(plan, explain=args.explain))
     return 0
 
 
@@ -46,10 +46,15 @@ def _index_serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wheelfoundry", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="validate a request and show its jobs, instances and cost; launches nothing")
+    plan = sub.add_parser(
+        "plan", help="validate a request; show its jobs, where each runs (EC2 or CodeBuild) and cost; launches nothing"
+    )
     plan.add_argument("request", nargs="?", help="a request JSON file or a preset name (e.g. nightly)")
     plan.add_argument("--json", action="store_true", help="print the jobs as JSON (the job contract)")
     plan.add_argument("--dry-run", action="store_true", help="also show each job's image, environment and stages")
+    plan.add_argument(
+        "--explain", action="store_true", help="say why each job runs on EC2 or CodeBuild (both costs, or the limit)"
+    )
     add_builder_flags(plan)
     plan.set_defaults(func=_plan_command)
     index = sub.add_parser("index", help="the private pip index in the wheel bucket")

@@ -1,4 +1,4 @@
-"""Farm configuration (``data/config.toml``): instance choice, prices, estimates, guardrails."""
+"""Farm configuration (``data/config.toml``): instances, CodeBuild types, prices, estimates, guardrails."""
 
 from __future__ import annotations
 
@@ -20,6 +20,26 @@ class InstanceType:
 
 
 @dataclass(frozen=True)
+class ComputeType:
+    """A CodeBuild on-demand compute type for one architecture (config.toml [codebuild])."""
+
+    name: str  # BUILD_GENERAL1_SMALL
+    arch: str  # x86_64 (LINUX_CONTAINER) or aarch64 (ARM_CONTAINER)
+    vcpus: int
+    memory_gib: float
+    disk_gb: int
+    usd_per_minute: float
+
+
+@dataclass(frozen=True)
+class CodeBuildLimits:
+    max_build_minutes: int
+    reserve_gib: float
+    disk_gb: Mapping[str, int]  # job kind (pytorch, extension) -> disk it needs
+    compute_types: Mapping[str, tuple[ComputeType, ...]]  # arch -> types, smallest first
+
+
+@dataclass(frozen=True)
 class Guardrails:
     max_jobs: int
     max_instance_hours: float
@@ -38,6 +58,8 @@ class FarmConfig:
     spot_factor: float
     estimates: Mapping[str, Any]
     toolchain: Mapping[str, str]
+    root_volume_usd_per_hour: float
+    codebuild: CodeBuildLimits
 
     def instance(self, name: str) -> InstanceType | None:
         return self.instance_types.get(name)
@@ -77,6 +99,36 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         spot_factor=float(data["pricing"]["spot_factor"]),
         estimates=dict(data["estimates"]),
         toolchain={k: str(v) for k, v in data["toolchain"].items()},
+        root_volume_usd_per_hour=float(data["pricing"]["ec2_root_volume_usd_per_hour"]),
+        codebuild=_codebuild(data["codebuild"]),
+    )
+
+
+def _codebuild(data: Mapping[str, Any]) -> CodeBuildLimits:
+    types = {
+        arch: tuple(
+            sorted(
+                (
+                    ComputeType(
+                        name=name,
+                        arch=arch,
+                        vcpus=int(spec["vcpus"]),
+                        memory_gib=float(spec["memory_gib"]),
+                        disk_gb=int(spec["disk_gb"]),
+                        usd_per_minute=float(spec["usd_per_minute"]),
+                    )
+                    for name, spec in by_name.items()
+                ),
+                key=lambda t: (t.usd_per_minute, t.vcpus),
+            )
+        )
+        for arch, by_name in data["compute_types"].items()
+    }
+    return CodeBuildLimits(
+        max_build_minutes=int(data["max_build_minutes"]),
+        reserve_gib=float(data["reserve_gib"]),
+        disk_gb={k: int(v) for k, v in data["disk_gb"].items()},
+        compute_types=types,
     )
 
 

@@ -109,6 +109,7 @@ class Job:
     # Where the job runs: chosen by the planner (wheelfoundry.executors) from options.executor.
     executor: Literal["ec2", "codebuild"] = "ec2"
     compute_type: str | None = None  # CodeBuild compute type when executor == "codebuild"
+    executor_reason: str = ""  # why: both executors' cost, or the limit that ruled CodeBuild out
 
     @property
     def max_seconds(self) -> int:

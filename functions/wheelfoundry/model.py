@@ -37,7 +37,7 @@ class Options:
     spot: bool = True
     keep_on_failure: bool = False
     max_hours: float = 8.0
-    executor: Literal["ec2", "codebuild"] = "ec2"
+    executor: Literal["auto", "ec2", "codebuild"] = "auto"  # auto: per job (wheelfoundry.executors)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from wheelfoundry import buildenv
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
+from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
 from wheelfoundry.jobs import Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
 from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Request, TargetSpec
@@ -156,7 +157,8 @@ def plan_request(
     context: StackContext | None = None,
     today: date | None = None,
 ) -> Plan:
-    """The jobs a request runs, or GuardrailExceeded before anything is launched."""
+    """The jobs a request runs, each on its executor; RequestInvalid (ExecutorRefused, GuardrailExceeded)
+    before anything is launched."""
     context = context or StackContext()
     today = today or date.today()
     if isinstance(request, ExtensionRequest):
@@ -168,6 +170,12 @@ def plan_request(
         jobs = tuple(job for job, _ in built)
         notes = [note for _, job_notes in built for note in job_notes]
         channel = request.channel
+    jobs = assign_all(jobs, config)  # EC2 or CodeBuild, per job
+    notes += [
+        f"{job.id}: runs on CodeBuild {job.compute_type}, not on an EC2 instance (plan --explain says why)"
+        for job in jobs
+        if job.executor == "codebuild"
+    ]
     issues = guardrail_issues(jobs, config)
     if issues:
         raise GuardrailExceeded(issues)

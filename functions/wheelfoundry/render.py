@@ -7,17 +7,23 @@ from collections.abc import Sequence
 
 from wheelfoundry.jobs import Job, Plan
 
-HEADERS = ("JOB", "TARGET", "INSTANCE", "PACKAGES", "PYTHON", "HOURS", "USD")
+HEADERS = ("JOB", "TARGET", "RUNS ON", "PACKAGES", "PYTHON", "HOURS", "USD")
+
+
+def runs_on(job: Job) -> list[str]:
+    """``codebuild`` and its compute type, or ``ec2``, the instance type and the market."""
+    if job.executor == "codebuild":
+        return ["codebuild", job.compute_type or "(project default)"]
+    return ["ec2", job.instance.type, "spot" if job.instance.spot else "on-demand"]
 
 
 def _cells(job: Job) -> tuple[list[str], ...]:
-    market = "spot" if job.instance.spot else "on-demand"
     packages = [f"{p.name} {p.version}" for p in job.packages]
     target = job.target + (f" [{job.arch_list}]" if job.arch_list else "")
     return (
         [job.id],
         [target],
-        [job.instance.type, market],
+        runs_on(job),
         packages,
         [" ".join(job.python)],
         [f"{job.estimate.hours:.2f}"],
@@ -40,23 +46,28 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[list[str]]]) -> str:
     return "\n".join(lines)
 
 
-def render_plan(plan: Plan) -> str:
+def render_plan(plan: Plan, explain: bool = False) -> str:
     out = [table(HEADERS, [_cells(job) for job in plan.jobs])]
+    executors = sorted({job.executor for job in plan.jobs})
     out.append(
-        f"\n{len(plan.jobs)} job(s) -> channel '{plan.channel}'; estimated {plan.hours:.2f} instance-hours, "
-        f"${plan.usd:.2f} (spot estimates use the config's spot_factor)"
+        f"\n{len(plan.jobs)} job(s) -> channel '{plan.channel}' on {' and '.join(executors) or 'nothing'}; "
+        f"estimated {plan.hours:.2f} build-hours, ${plan.usd:.2f} (EC2: spot by the config's spot_factor, "
+        "with the root volume; CodeBuild: started minutes x its per-minute price)"
     )
+    if explain:
+        out += [f"why {job.id}: {job.executor_reason}" for job in plan.jobs]
     out += [f"note: {note}" for note in plan.notes]
     return "\n".join(out)
 
 
-def render_dry_run(plan: Plan) -> str:
+def render_dry_run(plan: Plan, explain: bool = False) -> str:
     from wfbuild.stages import render_stages  # the on-instance package ships beside the CLI
 
-    out = [render_plan(plan)]
+    out = [render_plan(plan, explain)]
     for job in plan.jobs:
         contract = job.to_dict()
         out.append(f"\n=== {job.id}")
+        out.append(f"runs on: {' '.join(runs_on(job))}")
         out.append(f"image: {job.image.recipe} (FROM {job.image.base}; repaired to {job.image.manylinux})")
         for key, value in sorted(job.image.build_args.items()):
             out.append(f"  build-arg {key}={value}")

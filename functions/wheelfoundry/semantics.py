@@ -144,18 +144,7 @@ def _check_pytorch(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig
             if tid in seen:
                 issues.append(Issue(where, f"duplicates targets[{seen[tid]}] ({tid})", tid))
             seen.setdefault(tid, i)
-    issues += _check_options(data.get("options"), skip)
     return issues
-
-
-def _check_options(options: Any, skip: set[str]) -> list[Issue]:
-    if not isinstance(options, Mapping):
-        return []
-    if options.get("executor") == "codebuild" and "options.executor" not in skip:
-        # The buildspec exists (buildspecs/codebuild/build.yml); the state machine does not start
-        # CodeBuild yet, and running such a job on EC2 instead would not be what was asked for.
-        return [Issue("options.executor", "'codebuild' is not available in this stack yet", "codebuild", ("ec2",))]
-    return []
 
 
 def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
@@ -197,7 +186,7 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         issues.append(Issue("local_version", message, False, ("true",)))
     if isinstance(arch_list, str) and not cudas and "arch_list" not in skip:
         issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
-    return issues + _check_options(data.get("options"), skip)
+    return issues
 
 
 def check(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig, skip: set[str]) -> list[Issue]:

@@ -21,8 +21,12 @@ def max_jobs(instance: InstanceChoice, accelerator: str, config: FarmConfig) -> 
     return max(1, min(instance.vcpus, by_memory, config.max_jobs_cap))
 
 
+def ec2_usd_per_hour(instance: InstanceChoice, config: FarmConfig) -> float:
+    """The instance (spot priced by spot_factor) and its root volume, which bills while it runs."""
+    return instance.usd_per_hour * (config.spot_factor if instance.spot else 1.0) + config.root_volume_usd_per_hour
+
+
 def estimate(hours: float, instance: InstanceChoice, config: FarmConfig) -> Estimate:
-    """Hours on the reference 32-vCPU machine, scaled to this instance; spot priced by spot_factor."""
+    """Hours on the reference 32-vCPU machine, scaled to this instance, priced with its root volume."""
     scaled = hours * 32 / instance.vcpus
-    rate = instance.usd_per_hour * (config.spot_factor if instance.spot else 1.0)
-    return Estimate(round(scaled, 2), round(scaled * rate, 2))
+    return Estimate(round(scaled, 2), round(scaled * ec2_usd_per_hour(instance, config), 2))
