@@ -127,3 +127,24 @@ def test_dry_run_shows_image_environment_and_stages_per_job() -> None:
     assert "BLAS=OpenBLAS" in arm and "USE_MKLDNN_ACL=1" in arm and "ACL_ROOT_DIR=/acl" in arm
     assert "build-arg OPENBLAS_VERSION=v0.3.30" in arm and "build-arg ACL_VERSION=v52.6.0" in arm
     assert "USE_CUDA=0" in cpu and "BLAS=MKL" in cpu
+
+
+def test_plan_shows_where_each_job_runs_and_why() -> None:
+    torch = run("plan", EXAMPLE, "--explain")
+    assert torch.returncode == 0, torch.stderr
+    assert "RUNS ON" in torch.stdout and "on ec2;" in torch.stdout
+    assert "why torch2.5.1-cuda12.4-x86_64: ec2 m7i.8xlarge spot $" in torch.stdout
+    ext = run("plan", str(ROOT / "examples/requests/extension-demo.json"), "--explain")
+    assert ext.returncode == 0, ext.stderr
+    row = next(line for line in ext.stdout.splitlines() if line.startswith("wf-example-ops-cpu-x86_64"))
+    assert "codebuild" in row.split() and "BUILD_GENERAL1_SMALL" in ext.stdout
+    assert "why wf-example-ops-cpu-x86_64: codebuild BUILD_GENERAL1_SMALL $" in ext.stdout
+
+
+def test_codebuild_refused_exits_2(tmp_path: Path) -> None:
+    request = json.loads(Path(EXAMPLE).read_text())
+    request["options"] = {"executor": "codebuild", "max_hours": 1}
+    (tmp_path / "r.json").write_text(json.dumps(request))
+    result = run("plan", str(tmp_path / "r.json"))
+    assert result.returncode == 2
+    assert "  - options.executor: 'codebuild' cannot build torch2.5.1-cuda12.4-x86_64:" in result.stderr
