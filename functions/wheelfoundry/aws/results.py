@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from typing import Any
 
 from botocore.exceptions import ClientError
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.errors import ManifestInvalid
 
@@ -33,37 +35,112 @@ def _load_manifest(s3: Any, bucket: str, key: str, job_id: str) -> dict[str, Any
     return manifest
 
 
-def _copy(s3: Any, bucket: str, source: str, dest: str) -> None:
-    s3.copy({"Bucket": bucket, "Key": source}, bucket, dest)
+def _copy(
+    s3: Any, bucket: str, source: str, dest: str, version: str | None = None, metadata: dict[str, str] | None = None
+) -> None:
+    copy_source = {"Bucket": bucket, "Key": source, **({"VersionId": version} if version else {})}
+    extra = (
+        {"MetadataDirective": "REPLACE", "Metadata": metadata, "ContentType": "application/zip"} if metadata else None
+    )
+    s3.copy(copy_source, bucket, dest, ExtraArgs=extra)
+
+
+# A wheel file name as PEP 427 spells it: no path separators, no leading dot, nothing a shell,
+# a URL or an S3 key would read differently. parse_wheel_filename then checks the structure.
+WHEEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+!-]*\.whl$")
+JOB_PREFIX = re.compile(r"^runs/[A-Za-z0-9_-]{1,80}/jobs/[A-Za-z0-9._-]{1,160}/$")
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+def safe_wheel_name(job_id: str, filename: object) -> str:
+    if not isinstance(filename, str) or not WHEEL_NAME.fullmatch(filename) or ".." in filename:
+        raise ManifestInvalid(f"{job_id}: unsafe wheel file name {filename!r}")
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise ManifestInvalid(f"{job_id}: {exc}") from None
+    return filename
+
+
+def _expect_key(job_id: str, what: str, key: object, expected: str) -> str:
+    """The build reports keys; only the ones its own job prefix dictates are accepted."""
+    if key != expected:
+        raise ManifestInvalid(f"{job_id}: {what} {key!r} is not {expected!r} (outside the job's prefix)")
+    return expected
+
+
+def verified_version(s3: Any, bucket: str, key: str, sha: str, job_id: str) -> tuple[str | None, dict[str, str]]:
+    """Read the object's bytes and hash them; return the version read (so the copy takes exactly those
+    bytes even if the key is overwritten meanwhile) and the metadata to publish with them.
+    The object's own sha256 metadata is not trusted."""
+    try:
+        obj = s3.get_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        raise ManifestInvalid(f"{job_id}: cannot read s3://{bucket}/{key}: {exc}") from exc
+    digest = hashlib.sha256()
+    body = obj["Body"]
+    for chunk in iter(lambda: body.read(HASH_CHUNK), b""):
+        digest.update(chunk)
+    if digest.hexdigest() != sha:
+        raise ManifestInvalid(f"{job_id}: {key} has sha256 {digest.hexdigest()}, the manifest says {sha}")
+    version = obj.get("VersionId")
+    # The published copy's sha256 metadata is the hash computed here, not what the build claimed.
+    metadata = {**obj.get("Metadata", {}), "sha256": sha}
+    return (version if version and version != "null" else None), metadata
+
+
+def allowed_projects(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> set[str]:
+    """The projects this job may publish: its job.json's packages (written by Validate, not the build)."""
+    key = _expect_key(job["id"], "job_key", job.get("job_key", f"{prefix}job.json"), f"{prefix}job.json")
+    try:
+        contract = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        return {canonicalize_name(p["name"]) for p in contract.get("packages", [])}
+    except (ClientError, ValueError, KeyError, TypeError) as exc:
+        raise ManifestInvalid(f"{job['id']}: cannot read the job contract s3://{bucket}/{key}: {exc}") from exc
 
 
 def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
-    """Publish the wheels the build reported; never overwrite another run's different bytes."""
+    """Publish the wheels the build reported, after checking each against the manifest by its bytes.
+
+    The build's callback output is untrusted (the build runs other people's code): only keys under
+    the job's own prefix are read, file names must be safe wheel names of the job's own packages,
+    and every wheel's sha256 is recomputed from the object. Another run's different bytes are never
+    overwritten.
+    """
     job, run, build = event["job"], event["run"], event.get("build") or {}
     if isinstance(build, str):
         build = json.loads(build)
-    bucket, channel = run["bucket"], run["channel"]
-    manifest = _load_manifest(s3, bucket, build.get("manifest_key", f"{job['prefix']}manifest.json"), job["id"])
+    bucket, channel, prefix = run["bucket"], run["channel"], job["prefix"]
+    if not isinstance(prefix, str) or not JOB_PREFIX.fullmatch(prefix):
+        raise ManifestInvalid(f"{job['id']}: job prefix {prefix!r} is not runs/<run>/jobs/<job>/")
+    manifest_key = _expect_key(
+        job["id"], "manifest_key", build.get("manifest_key", f"{prefix}manifest.json"), f"{prefix}manifest.json"
+    )
+    manifest = _load_manifest(s3, bucket, manifest_key, job["id"])
+    projects = allowed_projects(s3, bucket, job, prefix)
     published: list[str] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
     in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
     for wheel in build.get("wheels", []):
-        filename, source, sha = wheel["filename"], wheel["key"], wheel["sha256"]
-        if in_manifest.get(filename) != sha:
+        filename = safe_wheel_name(job["id"], wheel.get("filename"))
+        source = _expect_key(job["id"], "wheel key", wheel.get("key"), f"{prefix}wheels/{filename}")
+        sha = wheel.get("sha256")
+        if not isinstance(sha, str) or in_manifest.get(filename) != sha:
             raise ManifestInvalid(f"{job['id']}: {filename} is not in the manifest with sha256 {sha}")
-        head = _head(s3, bucket, source)
-        if head is None or head.get("Metadata", {}).get("sha256") != sha:
-            raise ManifestInvalid(f"{job['id']}: {source} is missing or its sha256 differs from the manifest")
         project = canonicalize_name(parse_wheel_filename(filename)[0])
+        if project not in projects:  # an extension build must not publish "torch" into the channel
+            raise ManifestInvalid(f"{job['id']}: {filename} is not a wheel of {sorted(projects)}")
+        version, metadata = verified_version(s3, bucket, source, sha, job["id"])
         dest = f"wheels/{channel}/{project}/{filename}"
         existing = _head(s3, bucket, dest)
         if existing is not None:
             (unchanged if existing.get("Metadata", {}).get("sha256") == sha else conflicts).append(filename)
             continue
         if wheel.get("metadata_key"):
-            _copy(s3, bucket, wheel["metadata_key"], f"{dest}.metadata")
-        _copy(s3, bucket, source, dest)  # the wheel last: the index only lists wheels that exist
+            metadata_key = _expect_key(job["id"], "metadata_key", wheel["metadata_key"], f"{source}.metadata")
+            _copy(s3, bucket, metadata_key, f"{dest}.metadata")
+        _copy(s3, bucket, source, dest, version, metadata)  # the wheel last: the index only lists wheels that exist
         published.append(filename)
     return {
         "status": build.get("status", manifest.get("status", "succeeded")),
