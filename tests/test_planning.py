@@ -7,8 +7,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
+from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.jobs import Job, Plan, StackContext
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
@@ -116,13 +119,50 @@ def test_extension_matrix() -> None:
             "python": ["3.11", "3.12"],
         }
     )
-    assert [j.id for j in p.jobs] == [
-        "my-ext-torch2.13.0-cpu-x86_64",
-        "my-ext-torch2.13.0-cuda13.0-x86_64",
-        "my-ext-torch2.14.1-cpu-x86_64",
-        "my-ext-torch2.14.1-cuda13.0-x86_64",
-    ]
+    # Cells sharing a builder image (platform + CUDA toolkit) are packed: one job per toolkit.
+    assert [j.id for j in p.jobs] == ["my-ext-cpu-x86_64", "my-ext-cuda13.0-x86_64"]
     cuda = p.jobs[1]
-    assert cuda.extension is not None and cuda.extension.local_label == "pt213cu130"
+    assert cuda.extension is not None
+    assert [c.id for c in cuda.extension.cells] == [
+        "torch2.13.0-cp311-cuda13.0-x86_64",
+        "torch2.13.0-cp312-cuda13.0-x86_64",
+        "torch2.14.1-cp311-cuda13.0-x86_64",
+        "torch2.14.1-cp312-cuda13.0-x86_64",
+    ]
+    assert {c.local_label for c in cuda.extension.cells} == {"pt213cu130", "pt214cu130"}
+    assert {c.build_id for c in cuda.extension.cells} == {"torch2.13-cu130", "torch2.14-cu130"}
+    assert cuda.extension.layout == "merged" and cuda.wheel_ids() == tuple(c.id for c in cuda.extension.cells)
     assert cuda.extension.torch_index_url == "https://download.pytorch.org/whl/cu130"
     assert cuda.env["TORCH_CUDA_ARCH_LIST"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+
+
+def test_three_torch_two_cuda_three_python_take_two_instances() -> None:
+    request = {
+        "framework": "extension",
+        "name": "ext",
+        "source": {"s3": "s3://my-bucket/sources/e.tar.gz"},
+        "torch": ["2.12", "2.13", "2.14"],
+        "cuda": ["12.6", "13.0"],
+        "python": ["3.11", "3.12", "3.13"],
+    }
+    p = plan(request)
+    assert len(p.jobs) == 2, [j.id for j in p.jobs]
+    assert [len(j.extension.cells) for j in p.jobs if j.extension] == [9, 9]
+    assert all(j.extension and j.extension.parallel_cells > 1 for j in p.jobs)
+    one_cell = plan({**request, "torch": ["2.14"], "cuda": ["13.0"], "python": ["3.11"]})
+    # Nine cells on one instance cost more hours than one cell, less than nine separate instances.
+    assert one_cell.hours < p.jobs[1].estimate.hours < 9 * one_cell.hours
+
+
+def test_per_cell_layout_without_local_versions_is_refused_when_names_collide() -> None:
+    request = {
+        "framework": "extension",
+        "name": "ext",
+        "source": {"s3": "s3://my-bucket/sources/e.tar.gz"},
+        "torch": ["2.13", "2.14"],
+        "layout": "per-cell",
+        "local_version": False,
+    }
+    with pytest.raises(RequestInvalid, match="local_version"):
+        plan(request)
+    assert plan({**request, "torch": ["2.14"]}).jobs[0].extension.label_wheels is False  # type: ignore[union-attr]

@@ -8,6 +8,8 @@
 #   : "${WF_VERSION_SCHEME:?}"   fixed (BUILD_VERSION given), nightly or git
 # Optional: WF_TORCH_WHEEL_DIR  this job's torch wheel, installed first (never a torch from an index);
 #           its version becomes PYTORCH_VERSION, which pins the library's torch requirement.
+#           WF_BUILD_COPY       build from a fresh copy of the source here (extension cells build side
+#           by side; setuptools writes build/ and *.egg-info into the tree it builds)
 set -euo pipefail
 : "${WF_SRC_DIR:?}"
 : "${WF_ENV_DIR:?}"
@@ -16,6 +18,12 @@ set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+if [[ -n "${WF_BUILD_COPY:-}" ]]; then
+  rm -rf -- "$WF_BUILD_COPY"
+  mkdir -p -- "$WF_BUILD_COPY"
+  cp -a -- "$WF_SRC_DIR/." "$WF_BUILD_COPY/"
+  WF_SRC_DIR="$WF_BUILD_COPY"
+fi
 python="$WF_ENV_DIR/bin/python"
 export PATH="$WF_ENV_DIR/bin:$PATH"
 if [[ -n "${WF_TORCH_WHEEL_DIR:-}" ]]; then

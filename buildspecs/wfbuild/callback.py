@@ -130,6 +130,7 @@ def upload_wheels(s3: Any, bucket: str, prefix: str, work: Path, manifest: dict[
                 "size": entry["size"],
                 "requires_python": entry["requires_python"],
                 "metadata_key": f"{key}.metadata",
+                "cell": entry.get("cell"),
             }
         )
     return out
@@ -145,6 +146,7 @@ def success_output(job_id: str, manifest: dict[str, Any], keys: dict[str, str], 
             "log_key": keys["log"],
             "wheels": wheels,
             "failures": failures,
+            "missing_cells": manifest.get("missing_cells", []),
         }
     )
 

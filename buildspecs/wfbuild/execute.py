@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,11 +49,11 @@ class BuildLog:
 
 
 class Runner:
-    """Runs one process at a time; ``abort`` (from the heartbeat or spot thread) stops it."""
+    """Runs processes (several at once for extension cells); ``abort`` (from any thread) stops them all."""
 
     def __init__(self, log: BuildLog) -> None:
         self.log = log
-        self._proc: subprocess.Popen[str] | None = None
+        self._procs: set[subprocess.Popen[str]] = set()
         self._lock = threading.Lock()
         self.aborted: str | None = None
         self.on_abort: list[Any] = []  # extra callables, e.g. 'docker kill <container>'
@@ -61,22 +62,34 @@ class Runner:
         with self._lock:
             if self.aborted is None:
                 self.aborted = reason
-            proc = self._proc
+            procs = list(self._procs)
         self.log.note(f"aborting: {reason}")
-        for hook in self.on_abort:
+        for hook in list(self.on_abort):
             hook()
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)  # the stage's own process group, started below
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
+        for proc in procs:
+            self._stop(proc)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen[str]) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # the stage's own process group, started below
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def run(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, tail: collections.deque[str] | None = None
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        tail: collections.deque[str] | None = None,
+        prefix: str = "",
     ) -> int:
         """Run ``argv`` to completion, every output line into the log; returns the exit status."""
         with self._lock:
@@ -99,13 +112,13 @@ class Runner:
                 if tail is not None:
                     tail.append(f"cannot start {argv[0]}: {exc}")
                 return 127
-            self._proc = proc
+            self._procs.add(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
-            self.log.write(line)
+            self.log.write(prefix + line)
             if tail is not None:
                 tail.append(line.rstrip("\n"))
         code = proc.wait()
         with self._lock:
-            self._proc = None
+            self._procs.discard(proc)
         return code

@@ -77,28 +77,55 @@ def sources(job: dict[str, Any], meta: Path) -> dict[str, Any]:
     return out
 
 
-def wheels(work: Path) -> list[dict[str, Any]]:
+def _cells(job: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(cpXY, torch<version> folder) -> the cell, as the job contract names it."""
+    out = {}
+    for cell in (job.get("extension") or {}).get("cells", []):
+        cp = "cp" + cell["python"].replace(".", "")
+        out[(cp, f"torch{cell['torch_version']}")] = {
+            "id": cell["id"],
+            "build_id": cell["build_id"],
+            "torch_version": cell["torch_version"],
+            "python": cell["python"],
+            "variant": job.get("variant"),
+            "cuda": job.get("cuda"),
+            "platform": job.get("platform"),
+        }
+    return out
+
+
+def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     out = []
-    for path in sorted((work / "dist" / "wheels").glob("*/cp*/*.whl")):
+    cells = _cells(job or {})
+    found = [*(work / "dist" / "wheels").glob("*/cp*/*.whl"), *(work / "dist" / "wheels").glob("*/cp*/torch*/*.whl")]
+    for path in sorted(found):
         info = wheelfile.info(path)
+        cp_dir = path.parent if path.parent.name.startswith("cp") else path.parent.parent
         smoke_path = path.with_name(path.name + ".smoke.json")
         smoke = json.loads(smoke_path.read_text(encoding="utf-8")) if smoke_path.exists() else None
-        out.append(
-            {
-                "name": info.filename,
-                "path": str(path.relative_to(work)),
-                "package": info.project,
-                "version": info.version,
-                "python": f"{path.parent.name[2]}.{path.parent.name[3:]}",
-                "tags": info.tags,
-                "size": info.size,
-                "sha256": info.sha256,
-                "requires_python": info.requires_python,
-                "requires_dist": info.requires_dist,
-                "smoke": "passed" if smoke and smoke.get("passed") else ("failed" if smoke else "not run"),
-            }
-        )
+        entry = {
+            "name": info.filename,
+            "path": str(path.relative_to(work)),
+            "package": info.project,
+            "version": info.version,
+            "python": f"{cp_dir.name[2]}.{cp_dir.name[3:]}",
+            "tags": info.tags,
+            "size": info.size,
+            "sha256": info.sha256,
+            "requires_python": info.requires_python,
+            "requires_dist": info.requires_dist,
+            "smoke": "passed" if smoke and smoke.get("passed") else ("failed" if smoke else "not run"),
+        }
+        if cp_dir is not path.parent:
+            entry["cell"] = cells.get((cp_dir.name, path.parent.name))
+        out.append(entry)
     return out
+
+
+def missing_cells(job: dict[str, Any], built: list[dict[str, Any]]) -> list[str]:
+    """Cells of the job with no smoke-tested wheel."""
+    done = {w["cell"]["id"] for w in built if w.get("cell") and w["smoke"] == "passed"}
+    return [c["id"] for c in (job.get("extension") or {}).get("cells", []) if c["id"] not in done]
 
 
 def status(job: dict[str, Any], built: list[dict[str, Any]], stages: list[dict[str, Any]]) -> str:
@@ -123,7 +150,7 @@ def build_manifest(work: Path) -> dict[str, Any]:
     job = json.loads((meta / "job.json").read_text(encoding="utf-8"))
     stages_path = meta / "stages.json"
     stages = json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else []
-    built = wheels(work)
+    built = wheels(work, job)
     return {
         "schema": SCHEMA,
         "job_id": job["id"],
@@ -140,6 +167,7 @@ def build_manifest(work: Path) -> dict[str, Any]:
         "requirements": job.get("requirements", []),
         "stages": [{k: v for k, v in s.items() if k != "log_tail"} for s in stages],
         "failures": failures(stages),
+        "missing_cells": missing_cells(job, built),
     }
 
 

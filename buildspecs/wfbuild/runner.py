@@ -12,6 +12,8 @@ Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 toke
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import itertools
 import json
 import os
 import platform
@@ -64,6 +66,7 @@ class Job:
         self.job: dict[str, Any] = {}
         self.token_gone = False
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
+        self._names = itertools.count()
 
     def keys(self) -> dict[str, str]:
         return {"manifest": f"{self.prefix}manifest.json", "log": f"{self.prefix}build.log"}
@@ -113,44 +116,94 @@ class Job:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
         if [s.name for s in host] != [s.name for s in inside]:
             raise RuntimeError("host and container renderings of the stages differ")
-        for stage_host, stage_in in zip(host, inside):  # noqa: B905  (runs on the host's Python 3.9)
-            done = {r["name"]: r["status"] for r in self.results}
-            if self.runner.aborted:
-                self.results.append(self._result(stage_host, "aborted", time.monotonic(), None, []))
+        pairs = list(zip(host, inside))  # noqa: B905  (runs on the host's Python 3.9)
+        i = 0
+        while i < len(pairs):
+            if pairs[i][0].group is None:
+                fatal_failed = self._step(pairs[i], image, fatal_failed)
+                i += 1
                 continue
-            blocked = [n for n in stage_host.needs if done.get(n) != "succeeded"]
-            no_image = self.mode == "docker" and not stage_host.host and not image
-            if (fatal_failed and not stage_host.always) or blocked or no_image:
-                reason = f"needs {', '.join(blocked)}" if blocked else "an earlier fatal stage failed"
-                self.log.note(f"skipping {stage_host.name}: {reason}")
-                self.results.append(self._result(stage_host, "skipped", time.monotonic(), None, [], reason))
-                continue
-            if stage_host.always:
-                self._write_results()
-            status = self._run_one(stage_host, stage_in, image)
-            fatal_failed = fatal_failed or (status != "succeeded" and stage_host.fatal)
+            j = i
+            while j < len(pairs) and pairs[j][0].group is not None:
+                j += 1
+            self._run_cells(pairs[i:j], image, fatal_failed)
+            i = j
 
-    def _run_one(self, stage_host: Stage, stage_in: Stage, image: str) -> str:
+    def _step(
+        self, pair: tuple[Stage, Stage], image: str, fatal_failed: bool, extra: dict[str, str] | None = None
+    ) -> bool:
+        """Run one stage unless aborted, blocked or after a fatal failure; returns the new fatal_failed."""
+        stage_host, stage_in = pair
+        done = {r["name"]: r["status"] for r in list(self.results)}
+        if self.runner.aborted:
+            self.results.append(self._result(stage_host, "aborted", time.monotonic(), None, []))
+            return fatal_failed
+        blocked = [n for n in stage_host.needs if done.get(n) != "succeeded"]
+        no_image = self.mode == "docker" and not stage_host.host and not image
+        if (fatal_failed and not stage_host.always) or blocked or no_image:
+            reason = f"needs {', '.join(blocked)}" if blocked else "an earlier fatal stage failed"
+            self.log.note(f"skipping {stage_host.name}: {reason}")
+            self.results.append(self._result(stage_host, "skipped", time.monotonic(), None, [], reason))
+            return fatal_failed
+        if stage_host.always:
+            self._write_results()
+        status = self._run_one(stage_host, stage_in, image, extra or {})
+        return fatal_failed or (status != "succeeded" and stage_host.fatal)
+
+    def cell_slots(self, cells: int) -> tuple[int, int]:
+        """(cells at once, MAX_JOBS of each): this host's cores and memory split so nothing swaps."""
+        env = self.job.get("env", {})
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
+        reserve = float(env.get("WF_RESERVE_GIB") or 4.0)
+        by_memory = max(1, int((memory_gib() - reserve) // per_job))
+        compile_jobs = max(1, min(cores, by_memory, int(env.get("MAX_JOBS") or cores)))
+        slots = max(1, min(cells, compile_jobs, int(self.environ.get("WF_CELL_SLOTS") or cells)))
+        return slots, max(1, compile_jobs // slots)
+
+    def _run_cells(self, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:
+        groups: dict[str, list[tuple[Stage, Stage]]] = {}
+        for pair in pairs:
+            groups.setdefault(pair[0].group or "", []).append(pair)
+        slots, jobs = self.cell_slots(len(groups))
+        self.log.note(f"{len(groups)} cell(s), {slots} at a time, MAX_JOBS={jobs} each")
+
+        def chain(name: str) -> None:
+            for pair in groups[name]:
+                self._step(pair, image, fatal_failed, {"MAX_JOBS": str(jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)})
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=slots) as pool:
+            for future in [pool.submit(chain, name) for name in groups]:
+                future.result()
+
+    def _run_one(self, stage_host: Stage, stage_in: Stage, image: str, extra: dict[str, str]) -> str:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
-        env = self.stage_env(stage, in_container)
+        env = {**self.stage_env(stage, in_container), **extra}
         argv = stage.argv
+        hook = None
         if in_container:
-            name = f"wf-{os.getpid()}-{len(self.results)}"
+            name = f"wf-{os.getpid()}-{next(self._names)}"
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
             cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
             argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache)
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
-            self.runner.on_abort = [lambda: subprocess.run(["docker", "kill", name], capture_output=True, check=False)]
+
+            def hook() -> None:
+                subprocess.run(["docker", "kill", name], capture_output=True, check=False)
+
+            self.runner.on_abort.append(hook)
         self.log.note(f"stage {stage.name}: {' '.join(stage.argv)}")
         tail: collections.deque[str] = collections.deque(maxlen=120)
         started = time.monotonic()
-        code = self.runner.run(argv, env, self.work, tail)
-        self.runner.on_abort = []
+        code = self.runner.run(argv, env, self.work, tail, f"[{stage.group}] " if stage.group else "")
+        if hook is not None:
+            self.runner.on_abort.remove(hook)
         status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
-        self.results.append(self._result(stage, status, started, code, list(tail), error))
-        self.log.note(f"stage {stage.name}: {status} in {self.results[-1]['seconds']:.1f}s")
+        result = self._result(stage, status, started, code, list(tail), error)
+        self.results.append(result)
+        self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
         return status
 
     def _result(
@@ -160,8 +213,12 @@ class Job:
             "name": stage.name,
             "package": stage.package,
             "python": stage.python,
+            "group": stage.group,
             "status": status,
             "seconds": round(time.monotonic() - started, 2),
+            # Wall-clock times, so overlapping cells can be seen (and measured) in the manifest.
+            "started_at": round(time.time() - (time.monotonic() - started), 3),
+            "ended_at": round(time.time(), 3),
             "exit_status": code,
             "error": error,
             "log_tail": "\n".join(tail)[-8000:],
@@ -221,6 +278,18 @@ class Job:
         if self.token:
             self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
         return 1
+
+
+def memory_gib() -> float:
+    """This host's memory (MemTotal), 0 when /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}

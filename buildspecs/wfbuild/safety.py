@@ -21,6 +21,7 @@ CUDA = re.compile(r"^[0-9]{2}\.[0-9]$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SUBDIR = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 DATE = re.compile(r"^[0-9]{8}$")
+CELL = re.compile(r"^torch[0-9][0-9a-z.+]*-cp[0-9]{2,3}-[a-z0-9.]+-(x86_64|aarch64)$")  # an extension cell id
 LABEL = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")  # a PEP 440 local version label
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Environment variable names and values that go into an env file or a process environment.

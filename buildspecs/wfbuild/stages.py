@@ -33,6 +33,7 @@ class Stage:
     host: bool = False  # runs on the host even in container mode (it needs the instance's AWS role)
     always: bool = False  # runs even after a fatal failure (the manifest)
     needs: tuple[str, ...] = field(default=())  # skipped unless all of these succeeded
+    group: str | None = None  # an extension cell: its stages run in order, groups side by side
 
 
 def cp(python: str) -> str:
@@ -116,14 +117,22 @@ def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
     return args
 
 
-def _post(p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool) -> list[Stage]:
-    """repair then smoke of one package for one Python."""
+def _post(
+    p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool, cell: dict[str, Any] | None = None
+) -> list[Stage]:
+    """repair then smoke of one package for one Python (an extension: of one cell)."""
     torch = pkg == "torch" and job["kind"] == "pytorch"
     repair = _repair_args(job, torch)
     ext = job.get("extension") or {}
-    if ext.get("local_label"):
-        repair += ["--local-label", safety.check(safety.LABEL, ext["local_label"], "extension.local_label")]
-    smoke = ["--python", python, "--wheel-dir", p.wheels(pkg, python), "--work-dir", f"{p.work}/smoke"]
+    raw, wheels, suffix, group = p.raw(pkg, python), p.wheels(pkg, python), f"{pkg}-{python}", None
+    smoke_dir = f"{p.work}/smoke"
+    if cell is not None:
+        key = _cell_key(cell)
+        raw, wheels, suffix, group = f"{raw}/{key}", f"{wheels}/{key}", cell["id"], cell["id"]
+        smoke_dir = f"{smoke_dir}/{cell['id']}"
+        if ext.get("label_wheels", True):
+            repair += ["--local-label", safety.check(safety.LABEL, cell["local_label"], "extension.cells.local_label")]
+    smoke = ["--python", python, "--wheel-dir", wheels, "--work-dir", smoke_dir]
     needs: tuple[str, ...] = ()
     if torch:
         flags = job["smoke"]
@@ -133,23 +142,43 @@ def _post(p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fat
         smoke += ["--torch-wheel-dir", p.wheels("torch", python)]
         needs = (f"smoke-torch-{python}",)
     else:
-        smoke += ["--base-env", p.env(python)]
+        smoke += ["--base-env", p.env(python) if cell is None else _cell_env(p, cell)]
         smoke += ["--cuda-built"] if job["smoke"]["cuda_built"] else []
         if ext.get("smoke_module"):
             smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
     repair_stage = Stage(
-        f"repair-{pkg}-{python}",
-        _tool("repair", "--in-dir", p.raw(pkg, python), "--out-dir", p.wheels(pkg, python), *repair),
+        f"repair-{suffix}",
+        _tool("repair", "--in-dir", raw, "--out-dir", wheels, *repair),
         {},
         pkg,
         python,
         fatal,
         needs=(built,),
+        group=group,
     )
     smoke_stage = Stage(
-        f"smoke-{pkg}-{python}", _tool("smoke", *smoke), {}, pkg, python, fatal, needs=(repair_stage.name, *needs)
+        f"smoke-{suffix}",
+        _tool("smoke", *smoke),
+        {},
+        pkg,
+        python,
+        fatal,
+        needs=(repair_stage.name, *needs),
+        group=group,
     )
     return [repair_stage, smoke_stage]
+
+
+def _cell_key(cell: dict[str, Any]) -> str:
+    """The cell's folder under dist/<raw|wheels>/<package>/cpXY/: ``torch2.13.0``."""
+    try:
+        return f"torch{Version(cell['torch_version'])}"
+    except InvalidVersion as exc:
+        raise safety.UnsafeValue(f"extension.cells.torch_version: {exc}") from None
+
+
+def _cell_env(p: _Paths, cell: dict[str, Any]) -> str:
+    return f"{p.env(cell['python'])}-{_cell_key(cell)}"
 
 
 def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
@@ -208,26 +237,26 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     src = p.src(name)
     if ext.get("subdirectory"):
         src += "/" + safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
-    try:
-        torch = f"torch=={Version(ext['torch_version'])}"
-    except InvalidVersion as exc:
-        raise safety.UnsafeValue(f"extension.torch_version: {exc}") from None
     index = []
     if ext.get("torch_index_url"):
         index = ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "extension.torch_index_url")]
     stages = [source]
-    for python in job["python"]:
+    for cell in ext["cells"]:
+        python, key, cid = cell["python"], _cell_key(cell), safety.check(safety.CELL, cell["id"], "extension.cells.id")
+        torch = f"torch=={key.removeprefix('torch')}"
         tools = ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
         if job.get("cuda"):
             tools += ["--expect-cuda", safety.check(safety.CUDA, job["cuda"], "cuda")]
-        env_argv = _tool("envs", "--python", python, "--dest", p.env(python), "--torch", torch, *index, *tools)
-        env_stage = Stage(f"env-{python}", env_argv, {}, name, python, fatal=False, needs=(source.name,))
-        env = {"WF_SRC_DIR": src, "WF_ENV_DIR": p.env(python), "WF_OUT_DIR": p.raw(name, python)}
-        env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git"}
+        env_dir = _cell_env(p, cell)
+        env_argv = _tool("envs", "--python", python, "--dest", env_dir, "--torch", torch, *index, *tools)
+        env_stage = Stage(f"env-{cid}", env_argv, {}, name, python, fatal=False, needs=(source.name,), group=cid)
+        env = {"WF_SRC_DIR": src, "WF_ENV_DIR": env_dir, "WF_OUT_DIR": f"{p.raw(name, python)}/{key}"}
+        # Each cell builds from its own copy: setuptools writes build/ and *.egg-info into the tree.
+        env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git", "WF_BUILD_COPY": f"{p.work}/cells/{cid}"}
         build = Stage(
-            f"build-{name}-{python}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,)
+            f"build-{cid}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,), group=cid
         )
-        stages += [env_stage, build, *_post(p, job, name, python, build.name, False)]
+        stages += [env_stage, build, *_post(p, job, name, python, build.name, False, cell)]
     return stages
 
 

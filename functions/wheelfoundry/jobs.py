@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from wheelfoundry.model import Options, Request
 
-JOB_SCHEMA = 1
+JOB_SCHEMA = 2  # 2: extension jobs carry cells
 VersionScheme = Literal["fixed", "nightly", "git"]
 
 
@@ -75,15 +75,29 @@ class SmokeSpec:
 
 
 @dataclass(frozen=True)
+class CellSpec:
+    """One build of an extension: one torch release for one Python (its job fixes platform and CUDA)."""
+
+    id: str  # torch2.13.0-cp311-cpu-x86_64
+    torch_version: str
+    python: str
+    local_label: str  # "pt213cpu": the cell wheel's +label, distinct within the run
+    build_id: str  # "torch2.13-cpu": the folder holding this build inside a merged wheel
+
+
+@dataclass(frozen=True)
 class ExtensionSpec:
     name: str
     source_s3: str | None
     source_git: str | None
     source_ref: str | None
     subdirectory: str | None
-    torch_version: str
     torch_index_url: str | None  # None: the build host's pip configuration
-    local_label: str | None  # "pt213cpu" appended as +<label>
+    cells: tuple[CellSpec, ...]  # built in parallel on one host
+    layout: Literal["merged", "per-cell"] = "merged"
+    require_all_cells: bool = False
+    label_wheels: bool = True  # per-cell layout without local versions: public versions only
+    parallel_cells: int = 1  # the planner's expectation for the instance; the runner re-checks on the host
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,9 @@ class Job:
         return int(self.options.max_hours * 3600)
 
     def wheel_ids(self) -> tuple[str, ...]:
-        """``torch2.5.1-cp312-cuda12.4-x86_64``: one per package and Python version."""
+        """``torch2.5.1-cp312-cuda12.4-x86_64``: one per package and Python version (an extension: its cells)."""
+        if self.extension is not None:
+            return tuple(cell.id for cell in self.extension.cells)
         return tuple(
             f"{pin.name}{pin.version[:12]}-cp{py.replace('.', '')}-{self.target}"
             for pin in self.packages

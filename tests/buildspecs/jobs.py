@@ -67,6 +67,7 @@ def listing(job: dict[str, Any]) -> str:
         flags = [f"package={stage.package}", f"python={stage.python}", f"fatal={stage.fatal}"]
         flags += ["host"] * stage.host + ["always"] * stage.always
         flags += [f"needs={','.join(stage.needs)}"] if stage.needs else []
+        flags += [f"group={stage.group}"] if stage.group else []
         out.append(f"[{stage.name}] {' '.join(flags)}")
         out += [f"  env {k}={v}" for k, v in sorted(stage.env.items())]
         out.append(f"  argv {shlex.join(stage.argv)}")

@@ -26,8 +26,8 @@ from tests.buildspecs.conftest import BUNDLE, example_source, run
 from tests.buildspecs.jobs import plan_extension_job
 from wfbuild import runner
 
-OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures"}
-WHEEL_KEYS = {"filename", "key", "package", "version", "python", "sha256", "size", "requires_python", "metadata_key"}
+OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures", "missing_cells"}
+WHEEL_KEYS = {"filename", "key", "package", "version", "python", "sha256", "size", "requires_python", "metadata_key", "cell"}
 
 
 def free_port() -> int:
@@ -189,12 +189,13 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     assert manifest["status"] == "succeeded" and manifest["job_id"] == job["id"]
     assert manifest["sources"]["wf-example-ops"]["sha256"] == hashlib.sha256(source).hexdigest()
     ran = {s["name"]: s for s in manifest["stages"]}
-    assert list(ran) == ["fetch-source", "env-3.11", "build-wf-example-ops-3.11", "repair-wf-example-ops-3.11",
-                         "smoke-wf-example-ops-3.11", "manifest"]  # fmt: skip
+    cell = "torch2.13.0-cp311-cpu-x86_64"
+    assert list(ran) == ["fetch-source", f"env-{cell}", f"build-{cell}", f"repair-{cell}", f"smoke-{cell}", "manifest"]
+    assert wheel["cell"]["id"] == cell and wheel["cell"]["build_id"] == "torch2.13-cpu"
     assert all(s["status"] == "succeeded" and s["seconds"] >= 0 for s in ran.values())
-    assert manifest["toolchain"]["python"] == {"cp311": f"Python {sys.version.split()[0]}"}
+    assert manifest["toolchain"]["python"] == {"cp311-torch2.13.0": f"Python {sys.version.split()[0]}"}
     log = aws.text(output["log_key"])
-    assert "stage smoke-wf-example-ops-3.11: succeeded" in log and "smoke passed" in log
+    assert f"stage smoke-{cell}: succeeded" in log and "smoke passed" in log
     assert "no instance metadata service: not watching for spot interruptions" in log
     assert not work.exists(), "a successful job's work dir is removed"
 
@@ -225,17 +226,17 @@ def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, t
     assert failure["error"] == "BuildFailed" and len(failure["cause"]) <= 32_000
     cause = json.loads(failure["cause"])
     prefix = job["run"]["prefix"]
-    assert cause["job_id"] == job["id"] and cause["stage"] == "build-broken-ext-3.11"
+    assert cause["job_id"] == job["id"] and cause["stage"] == "build-torch2.13.0-cp311-cpu-x86_64"
     assert cause["log_key"] == f"{prefix}build.log" and "broken.cpp" in cause["log_tail"]
     assert aws.finished(execution)["status"] == "FAILED"
     assert "this is not C++" in aws.text(f"{prefix}build.log")
     manifest = json.loads(aws.text(f"{prefix}manifest.json"))
     assert manifest["status"] == "failed" and manifest["wheels"] == []
     (entry,) = manifest["failures"]
-    assert (entry["stage"], entry["package"], entry["python"]) == ("build-broken-ext-3.11", "broken-ext", "3.11")
+    assert (entry["stage"], entry["package"], entry["python"]) == ("build-torch2.13.0-cp311-cpu-x86_64", "broken-ext", "3.11")
     assert "Failed to build" in entry["log_tail"] and entry["error"].startswith("exit status 1")
     skipped = {s["name"]: s["status"] for s in manifest["stages"]}
-    assert skipped["repair-broken-ext-3.11"] == skipped["smoke-broken-ext-3.11"] == "skipped"
+    assert skipped["repair-torch2.13.0-cp311-cpu-x86_64"] == skipped["smoke-torch2.13.0-cp311-cpu-x86_64"] == "skipped"
     assert (work / "build.log").exists(), "keep_on_failure keeps the work dir"
 
 
@@ -324,7 +325,7 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert tag.startswith("wheelfoundry-builder:x86_64-cpu-") and f"BASE_IMAGE={job['image']['base']}" in docker[1]
     runs = [c for c in docker if c[0] == "run"]
     assert [c[c.index(tag) + 1 :] for c in runs] == [
-        ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311", "--torch", "torch==2.13.0",
+        ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311-torch2.13.0", "--torch", "torch==2.13.0",
          "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"],
         ["bash", "/bundle/stages/build-library.sh"],
         ["python3", "-m", "wfbuild.manifest", "--work-dir", "/work", "--out", "/work/manifest.json"],
@@ -333,8 +334,8 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert all(f"{BUNDLE}:/bundle:ro" in c for c in runs), "fetch-source ran on the host, the rest in the image"
     assert all(f"{cache_dir}:/cache" in c for c in runs)
     (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
-    assert json.loads(failure["cause"])["stage"] == "build-broken-ext-3.11"
-    env_file = (tmp_path / "work" / "meta" / "env" / "build-broken-ext-3.11.env").read_text()
+    assert json.loads(failure["cause"])["stage"] == "build-torch2.13.0-cp311-cpu-x86_64"
+    env_file = (tmp_path / "work" / "meta" / "env" / "build-torch2.13.0-cp311-cpu-x86_64.env").read_text()
     assert "PYTHONPATH=/bundle\n" in env_file and "WF_SRC_DIR=/work/src/broken-ext\n" in env_file
     assert "WF_CACHE_DIR=/cache\n" in env_file
     assert token not in env_file
