@@ -60,6 +60,8 @@ def extension_request(uri: str, **overrides: Any) -> dict[str, Any]:
         "python": ["3.11"],
         "torch_index": "pip",
         "channel": "ci",
+        # These tests follow the EC2 path (instances launched and terminated); test_codebuild*.py the other.
+        "options": {"executor": "ec2"},
     }
     return {**request, **overrides}
 

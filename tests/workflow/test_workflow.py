@@ -142,7 +142,7 @@ def test_the_ssm_timeout_ends_the_build_and_the_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
     uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
-    result = run(aws, stack, extension_request(uri, options={"max_hours": 0.01}))  # 36 s
+    result = run(aws, stack, extension_request(uri, options={"executor": "ec2", "max_hours": 0.01}))  # 36 s
     assert result.status == "FAILED"
     assert "BuildCommandFailed" in (result.cause or "") and "ended TimedOut" in (result.cause or "")
 
@@ -192,7 +192,7 @@ def test_keep_on_failure_keeps_the_instance_until_its_deadline(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
     uri = upload(aws, stack, source(tmp_path, {"src/core.c": BROKEN_C}))
-    result = run(aws, stack, extension_request(uri, options={"keep_on_failure": True}))
+    result = run(aws, stack, extension_request(uri, options={"executor": "ec2", "keep_on_failure": True}))
     assert result.status == "FAILED"
     (kept,) = aws.instances()  # kept: the FAILED execution's reaper spares it
     assert kept["Tags"]["wheelfoundry:kept"] == "true"
