@@ -6,10 +6,12 @@ questions about it. Nothing here guesses: a pairing the file does not state is r
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -45,6 +47,16 @@ class CudaToolkit:
     default_arch_list: str
     requirements: tuple[str, ...]  # pinned nvidia-* wheels a slim torch wheel depends on
     image_tag: str  # pytorch/manylinux2_28-builder tag the builder image derives from
+    env: Mapping[str, str] = field(default_factory=dict)  # build_cuda.sh exports for this toolkit
+
+
+@dataclass(frozen=True)
+class CudaBuild:
+    """What one release's upstream build did differently for one toolkit (None: the toolkit's)."""
+
+    arch_list: str | None = None
+    requirements: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,10 @@ class Release:
     overrides: Mapping[str, Mapping[str, str]]  # "2.0.0" -> library -> exact version
     cxx11_abi: bool
     source: str
+    manylinux: str = "2_28"  # upstream's x86_64 baseline: "2_17" (manylinux2014) or "2_28"
+    cuda_build: Mapping[str, CudaBuild] = field(default_factory=dict)
+    aarch64: Mapping[str, str] = field(default_factory=dict)  # upstream "openblas" / "acl" tags
+    sources: Mapping[str, str] = field(default_factory=dict)  # fact -> "<ref>:<path>" or "unverified: ..."
 
     @property
     def all_cuda(self) -> tuple[str, ...]:
@@ -95,6 +111,7 @@ class MovingRef:
     cuda: tuple[str, ...]
     libraries: tuple[str, ...]
     cxx11_abi: bool
+    sources: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +121,9 @@ class Catalog:
     moving: Mapping[str, MovingRef]
     cuda: Mapping[str, CudaToolkit]
     sources: tuple[str, ...]
+    refs: Mapping[str, str] = field(default_factory=dict)
+    build_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    explained: Mapping[str, str] = field(default_factory=dict)
 
     def release(self, minor: str) -> Release | None:
         return next((r for r in self.releases if r.torch == minor), None)
@@ -114,6 +134,36 @@ class Catalog:
     def known_versions(self) -> tuple[str, ...]:
         """Every exact torch version the catalog can pair, oldest first."""
         return tuple(f"{r.torch}.{p}" for r in self.releases for p in r.patches)
+
+    def toolkit_for(self, release: Release | None, cuda: str) -> CudaToolkit:
+        """The toolkit as ``release``'s upstream build used it (arch list, pins, env)."""
+        toolkit = self.cuda[cuda]
+        build = release.cuda_build.get(cuda) if release else None
+        if build is None:
+            return toolkit
+        return dataclasses.replace(
+            toolkit,
+            default_arch_list=build.arch_list or toolkit.default_arch_list,
+            requirements=toolkit.requirements if build.requirements is None else build.requirements,
+            env={**toolkit.env, **build.env},
+        )
+
+    def cuda_env(self, release: Release | None, cuda: str) -> dict[str, str]:
+        """Upstream's build_cuda.sh variables for a slim wheel of ``cuda``."""
+        return {**self.build_env.get("cuda", {}), **self.toolkit_for(release, cuda).env}
+
+    def aarch64_build_args(self, release: Release | None) -> dict[str, str]:
+        """Builder-image arguments pinning OpenBLAS / ACL to what the release was built with."""
+        names = {"openblas": "OPENBLAS_VERSION", "acl": "ACL_VERSION"}
+        return {names[k]: v for k, v in (release.aarch64 if release else {}).items() if k in names}
+
+    def explanation(self, minor: str, fact: str) -> str | None:
+        """Why ``fact`` deliberately differs from upstream for torch ``minor`` (None: unexplained)."""
+        for pattern, reason in self.explained.items():
+            releases, _, facts = pattern.partition(":")
+            if fnmatch.fnmatchcase(minor, releases) and fnmatch.fnmatchcase(fact, facts):
+                return reason
+        return None
 
 
 def classify(spec: str) -> VersionKind | None:
@@ -163,6 +213,10 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             overrides={k: dict(v) for k, v in rel.get("overrides", {}).items()},
             cxx11_abi=bool(rel.get("cxx11_abi", False)),
             source=rel.get("source", ""),
+            manylinux=rel.get("manylinux", "2_28"),
+            cuda_build={k: _cuda_build(v) for k, v in rel.get("cuda_build", {}).items()},
+            aarch64=dict(rel.get("aarch64", {})),
+            sources=dict(rel.get("sources", {})),
         )
         for rel in data["release"]
     )
@@ -174,6 +228,7 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             cuda=_tuple(ref["cuda"]),
             libraries=_tuple(ref["libraries"]),
             cxx11_abi=bool(ref.get("cxx11_abi", True)),
+            sources=dict(ref.get("sources", {})),
         )
         for name, ref in data["moving"].items()
     }
@@ -184,12 +239,25 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             default_arch_list=tk["default_arch_list"],
             requirements=_tuple(tk.get("requirements")),
             image_tag=tk["image_tag"],
+            env=dict(tk.get("env", {})),
         )
         for version, tk in data["cuda"].items()
     }
     return Catalog(
-        libraries=libraries, releases=releases, moving=moving, cuda=cuda, sources=_tuple(data.get("sources"))
+        libraries=libraries,
+        releases=releases,
+        moving=moving,
+        cuda=cuda,
+        sources=_tuple(data.get("sources")),
+        refs=dict(data.get("refs", {})),
+        build_env={k: dict(v) for k, v in data.get("build_env", {}).items()},
+        explained=dict(data.get("explained", {})),
     )
+
+
+def _cuda_build(raw: Mapping[str, Any]) -> CudaBuild:
+    reqs = raw.get("requirements")
+    return CudaBuild(raw.get("arch_list"), None if reqs is None else _tuple(reqs), dict(raw.get("env", {})))
 
 
 @cache

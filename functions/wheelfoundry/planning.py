@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import date
 
 from packaging.version import Version
@@ -12,7 +13,7 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
-from wheelfoundry.jobs import Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
+from wheelfoundry.jobs import ImageSpec, Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
 from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Request, TargetSpec
 from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
@@ -96,10 +97,12 @@ def _pytorch_job(
     pins, notes = _packages(request, resolved, catalog, label, today, target.accelerator)
     kind = f"{target.platform}-{target.accelerator}"
     instance = choose_instance(kind, target.instance_type, request.options.spot, config)
-    toolkit = catalog.cuda[target.cuda] if target.cuda else None
+    toolkit = catalog.toolkit_for(resolved.release, target.cuda) if target.cuda else None  # as upstream built it
     arch_list = (target.arch_list or toolkit.default_arch_list) if toolkit else None
     jobs = max_jobs(instance, target.accelerator, config)
     env = buildenv.torch_env(target, resolved, request.options, arch_list, jobs, context, tid)
+    if toolkit and target.accelerator == "cuda":
+        env.update(catalog.cuda_env(resolved.release, toolkit.version))  # build_cuda.sh's variables
     requirements = toolkit.requirements if toolkit else ()
     if requirements:
         env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)
@@ -114,7 +117,7 @@ def _pytorch_job(
         variant=label,
         python=request.python,
         packages=pins,
-        image=buildenv.image_for(target.platform, target.cuda, catalog, config),
+        image=_release_image(buildenv.image_for(target.platform, target.cuda, catalog, config), resolved, catalog),
         instance=instance,
         env=env,
         requirements=requirements,
@@ -123,6 +126,13 @@ def _pytorch_job(
         estimate=estimate(_hours(target, pins, config), instance, config),
     )
     return job, [f"{job.id}: {n}" for n in notes]
+
+
+def _release_image(image: ImageSpec, resolved: Resolved, catalog: Catalog) -> ImageSpec:
+    """aarch64: OpenBLAS and ACL at the tags the release was built with (oneDNN needs its ACL)."""
+    if image.recipe != "aarch64-cpu":
+        return image
+    return dataclasses.replace(image, build_args={**image.build_args, **catalog.aarch64_build_args(resolved.release)})
 
 
 def guardrail_issues(jobs: tuple[Job, ...], config: FarmConfig) -> list[Issue]:

@@ -39,6 +39,16 @@ REQUESTS: dict[str, dict[str, Any]] = {
         ],
         "options": {"mpi": False},
     },
+    # The newest catalog release, the three targets of its upstream build (CUDA 13.0: wheel-2.14.1).
+    "torch-2.14.1": {
+        "version": "2.14.1",
+        "python": ["3.12"],
+        "targets": [
+            {"platform": "x86_64", "accelerator": "cpu"},
+            {"platform": "x86_64", "accelerator": "cuda", "cuda": "13.0"},
+            {"platform": "aarch64", "accelerator": "cpu", "mkldnn": True},
+        ],
+    },
     "nightly": load_preset("nightly"),
     "extension": {
         "framework": "extension",
