@@ -89,7 +89,10 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     build_jobs = asl()["States"]["BuildJobs"]
     assert build_jobs["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
     assert build_jobs["ToleratedFailurePercentage"] == 100
-    assert build_jobs["Next"] == "PublishIndex"
+    assert build_jobs["Next"] == "MergeOrIndex"
+    choice = asl()["States"]["MergeOrIndex"]
+    assert choice["Default"] == "PublishIndex" and choice["Choices"][0]["Next"] == "Merge"
+    assert asl()["States"]["Merge"]["Catch"][0]["Next"] == asl()["States"]["Merge"]["Next"] == "PublishIndex"
     assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "Report"
 
 

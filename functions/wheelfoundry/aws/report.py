@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wheelfoundry.aws.results import readable_cause
 from wheelfoundry.errors import JobsFailed
 
 
@@ -24,6 +25,14 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         for job in event.get("jobs") or []
         if job.get("id") not in reported
     ]
+    merge = event.get("merge") or {}
+    if merge.get("Error"):
+        failures.append(("merge", merge["Error"], readable_cause(merge.get("Cause"))[:1000]))
+    elif merge.get("status") == "failed":
+        missing = ", ".join(merge.get("missing_cells") or [])
+        failures.append(
+            ("merge", "CellsMissing", f"require_all_cells: not merged, these cells did not build: {missing}")
+        )
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
     body = {
@@ -32,12 +41,14 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "index_prefix": f"simple/{run['channel']}/",
         "jobs": results,
         "index": publish,
+        "merge": merge,
+        "missing_cells": merge.get("missing_cells") or [],
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "status": "failed" if failures else "succeeded",
     }
     s3.put_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/report.json", Body=json.dumps(body, indent=2))
     if failures:
         raise JobsFailed(failures)
-    return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status")} | {
+    return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {
         "published": sum(r.get("published", 0) for r in results)
     }

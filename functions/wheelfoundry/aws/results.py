@@ -121,6 +121,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     published: list[str] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
+    verified: list[str] = []
     in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
     for wheel in build.get("wheels", []):
         filename = safe_wheel_name(job["id"], wheel.get("filename"))
@@ -132,6 +133,9 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         if project not in projects:  # an extension build must not publish "torch" into the channel
             raise ManifestInvalid(f"{job['id']}: {filename} is not a wheel of {sorted(projects)}")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
+        if run.get("layout") == "merged":  # cell wheels stay in the job's prefix: Merge publishes one wheel
+            verified.append(filename)
+            continue
         dest = f"wheels/{channel}/{project}/{filename}"
         existing = _head(s3, bucket, dest)
         if existing is not None:
@@ -145,6 +149,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     return {
         "status": build.get("status", manifest.get("status", "succeeded")),
         "published": published,
+        "verified": verified,
         "unchanged": unchanged,
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],

@@ -73,6 +73,9 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "region": settings.region,
         "ecr_repository": settings.ecr_repository,
         "bundle_key": bundle_key,
+        # Extension runs in the merged layout: Collect keeps the cell wheels, Merge publishes one per Python.
+        "layout": getattr(plan.request, "layout", "per-cell"),
+        "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -95,4 +98,5 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         },
         "jobs": summaries,
         "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
+        "merge": {"status": "not merged" if getattr(plan.request, "layout", "") != "merged" else "pending"},
     }
