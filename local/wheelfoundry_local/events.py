@@ -4,7 +4,9 @@ schedules (rules with ScheduleExpression, EventBridge Scheduler), which moto sto
 
 Rules and targets are read from moto's events backend (default bus), so what fires is exactly what
 the template deployed. Delivery is synchronous on the caller's thread (deterministic in tests);
-handler errors are recorded, never raised to the emitter, as on AWS.
+handler errors are recorded, never raised to the emitter, as on AWS. Lambda targets are invoked as
+AWS invokes them (asynchronously): a failing handler is retried and then dead-lettered, and an event
+that cannot be delivered at all goes to the target's dead-letter queue (dead_letters.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._moto import ACCOUNT_ID, Patches, ec2_backend, events_backend, iso, scheduler_backend, sfn_backend, utcnow
+from . import dead_letters
+from ._moto import (
+    ACCOUNT_ID,
+    Patches,
+    ec2_backend,
+    events_backend,
+    iso,
+    lambda_backend,
+    scheduler_backend,
+    sfn_backend,
+    utcnow,
+)
 from .lambdas import LambdaRuntime
 from .patterns import matches
 
@@ -32,7 +45,9 @@ class Delivery:
     event: dict[str, Any]  # the envelope (for schedules: the target's input)
     input: Any  # what the target received
     result: Any  # handler payload, or the execution ARN started
-    error: str | None  # errorType for a failed handler
+    error: str | None  # errorType for a failed handler (after its retries)
+    attempts: int = 1  # invocations of a Lambda target (1 + retries when it kept failing)
+    dead_letter: str | None = None  # the queue ARN the event was dead-lettered to
 
 
 def _target_input(target: dict[str, Any], event: dict[str, Any]) -> Any:
@@ -105,18 +120,39 @@ class EventDelivery:
         payload = _target_input(target, event)
         result: Any = None
         error: str | None = None
+        attempts, dead_letter = 1, None
         service = arn.split(":")[2] if arn.count(":") >= 5 else ""
-        if service == "lambda":
-            result, errored = self.runtime.invoke_by_name(self.region, arn, payload)
-            error = result.get("errorType", "Unhandled") if errored else None
-        elif service == "states":
-            result = self._start_execution(arn, json.dumps(payload), None)
-        else:
-            error = f"target service {service!r} not delivered by wheelfoundry_local"
-        delivery = Delivery(name, arn, event, payload, result, error)
+        try:
+            if service == "lambda":
+                result, error, attempts, dead_letter = self._invoke_async(arn, payload)
+            elif service == "states":
+                result = self._start_execution(arn, json.dumps(payload), None)
+            else:
+                raise NotImplementedError(f"target service {service!r} not delivered by wheelfoundry_local")
+        except Exception as exc:  # not delivered at all: the target's own DLQ, as EventBridge does
+            error = type(exc).__name__
+            queue = (target.get("DeadLetterConfig") or {}).get("Arn")
+            if queue:
+                rule_arn = f"arn:aws:events:{self.region}:{ACCOUNT_ID}:rule/{name}"
+                dead_letters.undeliverable(queue, payload, rule_arn, arn, error, str(exc)[:1000])
+                dead_letter = queue
+        delivery = Delivery(name, arn, event, payload, result, error, attempts, dead_letter)
         with self._lock:
             self._log.append(delivery)
         return delivery
+
+    def _invoke_async(self, arn: str, payload: Any) -> tuple[Any, str | None, int, str | None]:
+        """Lambda's asynchronous invocation: retries, then the function's DLQ. (result, error, attempts, dlq)"""
+        config = dead_letters.async_config(self.region, lambda_backend(self.region).get_function(arn).function_name)
+        result: Any = None
+        for attempt in range(1, config.retries + 2):
+            result, errored = self.runtime.invoke_by_name(self.region, arn, payload)
+            if not errored:
+                return result, None, attempt, None
+        error = str(result.get("errorType", "Unhandled")) if isinstance(result, dict) else "Unhandled"
+        if config.dead_letter_arn:
+            dead_letters.function_failure(config.dead_letter_arn, payload, result, str(uuid.uuid4()))
+        return result, error, config.retries + 1, config.dead_letter_arn
 
     # -- schedules and AWS-emitted events ------------------------------------------------------
     def fire_rule(self, name: str) -> list[Delivery]:
@@ -144,7 +180,8 @@ class EventDelivery:
                 self._log.append(delivery)
             return delivery
         payload = json.loads(raw) if raw else {}
-        return self._to_target(name, {"Arn": target["Arn"], "Input": json.dumps(payload)}, payload)
+        dead_letter = {"DeadLetterConfig": target["DeadLetterConfig"]} if target.get("DeadLetterConfig") else {}
+        return self._to_target(name, {"Arn": target["Arn"], "Input": json.dumps(payload), **dead_letter}, payload)
 
     def spot_interruption(self, instance_id: str, terminate_after: float | None = None) -> list[Delivery]:
         """The two-minute warning; optionally terminate the instance `terminate_after` seconds later."""
