@@ -28,7 +28,8 @@ def _dead_letters(aws: EmbeddedAws, stack: DeployedStack) -> list[dict[str, Any]
     got = sqs.receive_message(
         QueueUrl=_queue_url(aws, stack), MaxNumberOfMessages=10, MessageAttributeNames=["All"], WaitTimeSeconds=0
     )
-    return got.get("Messages", [])
+    messages: list[dict[str, Any]] = got.get("Messages", [])
+    return messages
 
 
 def _execution_failed(aws: EmbeddedAws, stack: DeployedStack) -> list[Any]:
