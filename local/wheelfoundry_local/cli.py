@@ -31,6 +31,25 @@ def _demo(args: argparse.Namespace) -> int:
     )
 
 
+def _run(args: argparse.Namespace) -> int:
+    _quiet_handlers()
+    from .demo import run_demo
+
+    try:
+        return run_demo(
+            ROOT,
+            Path(args.request),
+            Path(args.source),
+            Path(args.state_dir).resolve(),
+            Path(args.dist).resolve(),
+            timeout=args.timeout,
+            test=False,
+        )
+    except ValueError as exc:
+        print(f"wheelfoundry local run: {exc}")
+        return 2
+
+
 def add_local_commands(sub: Any) -> None:
     local = sub.add_parser("local", help="run WheelFoundry in the embedded AWS on this machine")
     local_sub = local.add_subparsers(dest="local_command", required=True)
@@ -41,3 +60,12 @@ def add_local_commands(sub: Any) -> None:
     demo.add_argument("--dist", default="dist", help="where the built wheels are copied")
     demo.add_argument("--timeout", type=float, default=1800)
     demo.set_defaults(func=_demo)
+    run = local_sub.add_parser(
+        "run", help="build any extension through the embedded AWS and publish it (no tests run); wheels to ./dist"
+    )
+    run.add_argument("request", help="an extension request (JSON); its source is replaced by --source")
+    run.add_argument("--source", required=True, help="the extension's source folder or an sdist .tar.gz")
+    run.add_argument("--state-dir", default=".wf-local", help="instances' work roots and command logs")
+    run.add_argument("--dist", default="dist", help="where the built wheels are copied")
+    run.add_argument("--timeout", type=float, default=3600)
+    run.set_defaults(func=_run)

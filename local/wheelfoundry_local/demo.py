@@ -125,22 +125,57 @@ def install_and_test(index: str, project: str, torch_version: str, tests: Path, 
     return result.returncode
 
 
+def upload_source(aws: EmbeddedAws, stack: Any, source: Path, project: str) -> str:
+    """A source folder (packed here) or an sdist ``.tar.gz`` into the stack's bucket; returns its s3:// URI."""
+    if source.is_dir():
+        body = pack_source(source, project)
+    elif source.name.endswith((".tar.gz", ".tgz")) and tarfile.is_tarfile(source):
+        body = source.read_bytes()
+    else:
+        raise ValueError(f"--source {source}: expected a source folder or an sdist .tar.gz")
+    s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+    key = f"sources/{project}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    return f"s3://{bucket}/{key}"
+
+
+def copy_published(base: str, channel: str, project: str, dist: Path, out: Print) -> list[Wheel]:
+    """Download the project's wheels from the index (sha256 checked) into ``dist`` and list them."""
+    wheels = index_wheels(base, channel, project)
+    dist.mkdir(parents=True, exist_ok=True)
+    out("\nwheels published:")
+    for wheel in wheels:
+        data = urllib.request.urlopen(wheel.url).read()  # noqa: S310 - our own 127.0.0.1 proxy
+        if hashlib.sha256(data).hexdigest() != wheel.sha256:
+            raise ValueError(f"{wheel.filename}: sha256 differs from the index")
+        (dist / wheel.filename).write_bytes(data)
+        out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
+    return wheels
+
+
 def run_demo(
-    root: Path, request_path: Path, source: Path, state_dir: Path, dist: Path, out: Print = print, timeout: float = 1800
+    root: Path,
+    request_path: Path,
+    source: Path,
+    state_dir: Path,
+    dist: Path,
+    out: Print = print,
+    timeout: float = 1800,
+    test: bool = True,
 ) -> int:
+    """Build ``source`` through the embedded AWS, publish, copy the wheels to ``dist``; with ``test``
+    also install from the index into a fresh venv and run the source's tests (``local demo``)."""
     request = json.loads(request_path.read_text())
     project = request["name"]
     progress = Progress()
     started = time.monotonic()
+    code = 0
     with EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
         out("deploying template.yaml into the embedded AWS (moto server on 127.0.0.1)")
         stack = aws.deploy(root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
-        body = pack_source(source, project)
-        key = f"sources/{project}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
-        s3.put_object(Bucket=bucket, Key=key, Body=body)
-        request["source"] = {"s3": f"s3://{bucket}/{key}"}
-        out(f"uploaded {source} as s3://{bucket}/{key}; running {request_path.name}")
+        request["source"] = {"s3": upload_source(aws, stack, source, project)}
+        out(f"uploaded {source} as {request['source']['s3']}; running {request_path.name}")
         result = run_request(aws, stack, request, out, progress, timeout)
         if not result.succeeded:
             out(f"execution {result.status}: {result.error}: {result.cause}")
@@ -148,22 +183,17 @@ def run_demo(
         channel = result.output["channel"]
         with serving(s3, bucket) as base:
             index = f"{base}/simple/{channel}/"
-            wheels = index_wheels(base, channel, project)
-            dist.mkdir(parents=True, exist_ok=True)
-            out("\nwheels published:")
-            for wheel in wheels:
-                data = urllib.request.urlopen(wheel.url).read()  # noqa: S310 - our own 127.0.0.1 proxy
-                assert hashlib.sha256(data).hexdigest() == wheel.sha256, f"{wheel.filename}: sha256 mismatch"
-                (dist / wheel.filename).write_bytes(data)
-                out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
+            copy_published(base, channel, project, dist, out)
             out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
-            torch_version = next(iter(request["torch"]))
-            code = install_and_test(
-                index, project, _exact_torch(torch_version), source / "tests", state_dir / "demo-venv", out
-            )
+            if test:
+                torch_version = next(iter(request["torch"]))
+                code = install_and_test(
+                    index, project, _exact_torch(torch_version), source / "tests", state_dir / "demo-venv", out
+                )
         left = aws.instances()
         out(f"instances still pending/running in the emulator: {len(left)}")
-    out(f"demo {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
+    what = "demo" if test else "run"
+    out(f"{what} {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if code == 0 and not left else 1
 
 

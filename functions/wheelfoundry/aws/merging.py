@@ -48,7 +48,7 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
     manifest = _json(s3, bucket, f"{prefix}manifest.json") if result.get("status") in ("succeeded", "partial") else None
     found: dict[str, tuple[dict[str, Any], str]] = {}
     for wheel in (manifest or {}).get("wheels", []):
-        cell_id = (wheel.get("cell") or {}).get("id")
+        cell_id = str((wheel.get("cell") or {}).get("id"))
         if wheel.get("smoke") != "passed" or cell_id not in cells:
             continue
         name = safe_wheel_name(job["id"], wheel.get("name"))

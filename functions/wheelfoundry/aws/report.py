@@ -50,5 +50,5 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     if failures:
         raise JobsFailed(failures)
     return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {
-        "published": sum(r.get("published", 0) for r in results)
+        "published": sum(r.get("published", 0) for r in results) + len(merge.get("published") or [])
     }
