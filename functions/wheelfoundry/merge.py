@@ -179,11 +179,11 @@ def merge(builds: Sequence[Build], out_dir: Path) -> Merged:
     entries[f"{info_dir}/WHEEL"] = (wheel_text.encode(), 0o644)
     filename = f"{dist}-{public}-{interpreter}-{abi}-{platform}.whl"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / filename
-    _write(path, entries, f"{info_dir}/RECORD")
-    data = path.read_bytes()
+    target = out_dir / filename
+    _write(target, entries, f"{info_dir}/RECORD")
+    data = target.read_bytes()
     return Merged(
-        path=path,
+        path=target,
         filename=filename,
         sha256=hashlib.sha256(data).hexdigest(),
         size=len(data),
