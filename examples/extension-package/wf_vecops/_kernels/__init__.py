@@ -1,0 +1,1 @@
+"""Compiled kernels: ``_C`` is built from csrc/vecops.cpp."""
