@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from wheelfoundry.catalog import load_catalog
+from wheelfoundry.cli_catalog import add_catalog_commands
 from wheelfoundry.cli_request import add_builder_flags, build_raw_request
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     serve.set_defaults(func=_index_serve)
+    add_catalog_commands(sub)
     try:
         from wheelfoundry_local.cli import add_local_commands
     except ImportError:  # the Lambda bundle and a plain install have no local mode

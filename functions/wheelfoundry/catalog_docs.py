@@ -1,0 +1,75 @@
+"""docs/catalog.md, generated from data/catalog.toml (``wheelfoundry catalog docs``); a test keeps it current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wheelfoundry.catalog import Catalog, Release
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
+
+
+def _span(versions: tuple[str, ...]) -> str:
+    return f"{versions[0]}–{versions[-1]}" if len(versions) > 2 else ", ".join(versions) or "—"
+
+
+def _cuda(release: Release) -> str:
+    text = ", ".join(release.cuda) or "—"
+    return text + (f" / {', '.join(release.cuda_experimental)}" if release.cuda_experimental else "")
+
+
+def _libraries(release: Release) -> str:
+    return ", ".join(f"{name} {minor.lstrip('=')}" for name, minor in release.libraries.items()) or "—"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render(catalog: Catalog) -> str:
+    out = [
+        "# The compatibility catalog",
+        "",
+        "Generated from `functions/wheelfoundry/data/catalog.toml` by `wheelfoundry catalog docs`; "
+        "`tests/test_catalog_sources.py` fails when this page is stale. Each fact's source names a "
+        "repository, ref and path (refs at the end); `unverified:` says why a fact could not be read "
+        "upstream. `wheelfoundry catalog verify --upstream DIR` compares the catalog with upstream files.",
+        "",
+        "## Releases",
+        "",
+        "| torch | patches | Python | CUDA (stable / experimental) | libraries | C++11 ABI | manylinux (upstream) "
+        "| aarch64 ACL / OpenBLAS | pairing source |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in catalog.releases:
+        aarch = " / ".join(r.aarch64.get(k, "farm pin") for k in ("acl", "openblas"))
+        patches = ", ".join(str(p) for p in r.patches)
+        out.append(
+            f"| {r.torch} | {patches} | {_span(r.python)} | {_cuda(r)} | {_libraries(r)} | "
+            f"{'yes' if r.cxx11_abi else 'no'} | {r.manylinux} | {aarch} | {_cell(r.source)} |"
+        )
+    out += [
+        "",
+        "## CUDA builds per release",
+        "",
+        "| torch | CUDA | TORCH_CUDA_ARCH_LIST | slim pins | build_cuda.sh variables |",
+    ]
+    out.append("|---|---|---|---|---|")
+    for r in catalog.releases:
+        for cuda in r.all_cuda:
+            tk = catalog.toolkit_for(r, cuda)
+            env = " ".join(f"{k}={v}" for k, v in sorted(catalog.cuda_env(r, cuda).items()))
+            pins = f"{len(tk.requirements)} pins" if tk.requirements else "none: no slim wheel"
+            out.append(f"| {r.torch} | {cuda} | `{tk.default_arch_list}` | {pins} | {_cell(env)} |")
+    out += ["", "## Sources per release", "", "| torch | fact | source |", "|---|---|---|"]
+    for r in catalog.releases:
+        for fact, source in r.sources.items():
+            out.append(f"| {r.torch} | {fact} | {_cell(source)} |")
+    for name, ref in catalog.moving.items():
+        for fact, source in ref.sources.items():
+            out.append(f"| {name} | {fact} | {_cell(source)} |")
+    out += ["", "## Deliberate differences from upstream", "", "| releases:fact | why |", "|---|---|"]
+    out += [f"| `{_cell(k)}` | {_cell(v)} |" for k, v in catalog.explained.items()]
+    out += ["", "## Refs", "", "| ref | repository, branch or file (commit) |", "|---|---|"]
+    out += [f"| {k} | {_cell(v)} |" for k, v in catalog.refs.items()]
+    return "\n".join(out) + "\n"
