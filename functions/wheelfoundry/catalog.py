@@ -35,6 +35,9 @@ class Library:
     tag: str  # format string with {version}
     note: str = ""
     last: str | None = None  # last release, for libraries whose development ended
+    native: bool = True  # False: its wheels are built pure Python here (never sent through auditwheel)
+    env: Mapping[str, str] = field(default_factory=dict)  # build switches set for every build of it
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     def tag_for(self, version: str) -> str:
         return self.tag.format(version=version)
@@ -198,7 +201,16 @@ def _tuple(value: Any) -> tuple[str, ...]:
 
 def _load(data: Mapping[str, Any]) -> Catalog:
     libraries = {
-        name: Library(name=name, repo=lib["repo"], tag=lib["tag"], note=lib.get("note", ""), last=lib.get("last"))
+        name: Library(
+            name=name,
+            repo=lib["repo"],
+            tag=lib["tag"],
+            note=lib.get("note", ""),
+            last=lib.get("last"),
+            native=bool(lib.get("native", True)),
+            env=dict(lib.get("env", {})),
+            sources=dict(lib.get("sources", {})),
+        )
         for name, lib in data["libraries"].items()
     }
     releases = tuple(

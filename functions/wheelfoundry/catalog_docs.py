@@ -48,6 +48,14 @@ def render(catalog: Catalog) -> str:
             f"| {r.torch} | {patches} | {_span(r.python)} | {_cuda(r)} | {_libraries(r)} | "
             f"{'yes' if r.cxx11_abi else 'no'} | {r.manylinux} | {aarch} | {_cell(r.source)} |"
         )
+    out += ["", "## Domain libraries", "", "| library | wheels built here | switches | source |", "|---|---|---|---|"]
+    for name, lib in catalog.libraries.items():
+        if name == "torch":
+            continue
+        native = "native: repaired (torch's libraries excluded), smoke-tested with the job's torch"
+        kind = native if lib.native else "pure Python: no auditwheel"
+        switches = " ".join(f"{k}={v}" for k, v in sorted(lib.env.items())) or "—"
+        out.append(f"| {name} | {kind} | {switches} | {_cell(lib.sources.get('native', ''))} |")
     out += [
         "",
         "## CUDA builds per release",

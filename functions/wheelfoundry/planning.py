@@ -32,7 +32,7 @@ def _pin(
     accelerator: str,
 ) -> PackagePin:
     library = catalog.libraries[name]
-    env = buildenv.library_env(name, accelerator)
+    env = {**buildenv.library_env(name, accelerator), **library.env}  # library.env: the catalog's switches
     if spec.ref or spec.version:  # explicit: the user names the ref (and maybe the version)
         version = spec.version or spec.ref or ""
         ref = spec.ref or library.tag_for(version)

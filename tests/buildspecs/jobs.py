@@ -73,6 +73,8 @@ def listing(job: dict[str, Any]) -> str:
     out = [f"job {job['id']}", f"image {image['recipe']} FROM {image['base']} -> {image['manylinux']}"]
     out += [f"  build-arg {k}={v}" for k, v in sorted(image["build_args"].items())]
     out += [f"  env {k}={v}" for k, v in sorted(job["env"].items())]
+    for pin in job.get("packages", []):  # each package's own switches (the runner layers them on job env)
+        out += [f"  package {pin['name']} env {k}={v}" for k, v in sorted(pin.get("env", {}).items())]
     for stage in render_stages(job):
         flags = [f"package={stage.package}", f"python={stage.python}", f"fatal={stage.fatal}"]
         flags += ["host"] * stage.host + ["always"] * stage.always
