@@ -13,8 +13,9 @@ import pytest
 
 from wheelfoundry import catalog_docs, upstream
 from wheelfoundry.catalog import catalog_from_text, load_catalog
-from wheelfoundry.catalog_verify import FACTS_FILE, compare, read_facts_toml, source_problems
+from wheelfoundry.catalog_verify import compare, source_problems
 from wheelfoundry.cli import main
+from wheelfoundry.upstream_facts import FACTS_FILE, read_facts_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
@@ -33,7 +34,7 @@ def test_a_fact_without_a_source_is_reported() -> None:
     assert source_problems(broken) == ["2.5: arch_list has no usable source ('somewhere')"]
 
 
-@pytest.mark.parametrize(("minor", "explained"), [("1.13", 4), ("2.5", 3), ("2.14", 0)])
+@pytest.mark.parametrize(("minor", "explained"), [("1.13", 4), ("2.5", 5), ("2.14", 0)])
 def test_catalog_matches_upstream_facts(minor: str, explained: int) -> None:
     facts = read_facts_toml(FIXTURES / f"torch-{minor}" / FACTS_FILE)
     assert all(source.startswith(("pytorch/", "PyPI torch-")) for source in facts.provenance.values())
@@ -58,7 +59,7 @@ def test_a_wrong_arch_list_is_an_unexplained_difference() -> None:
 def test_verify_command_reports_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog", "verify", "--upstream", str(FIXTURES / "torch-2.5")]) == 0
     out = capsys.readouterr().out
-    assert "torch 2.5: 0 unexplained difference(s), 3 explained" in out
+    assert "torch 2.5: 0 unexplained difference(s), 5 explained" in out
     assert "pytorch/builder@release/2.5 (aec5fb5de2380a9084f4bb430eec4e576066a17c):manywheel/build_cuda.sh" in out
 
 
@@ -145,3 +146,22 @@ def test_wheel_readers() -> None:
         upstream.openblas_version("git clone https://github.com/OpenMathLib/OpenBLAS.git -b v0.3.25 --depth 1")
         == "v0.3.25"
     )
+
+
+def test_aarch64_build_vars_reader() -> None:
+    text = (
+        'build_vars = "MAX_JOBS=5 LINKER=-Wl,-z "\n'
+        'build_vars += f"BUILD_TEST=0 PYTORCH_BUILD_VERSION={version} PYTORCH_BUILD_NUMBER=1 "\n'
+        'build_vars += "USE_MKLDNN=ON ACL_ROOT_DIR=/acl "\n'
+        'check_call(["scons", "Werror=1", "neon=1"])\n'
+        'if cuda:\n    build_vars += "BLAS=NVPL "\nelse:\n    build_vars += "BLAS=OpenBLAS "\n'
+    )
+    assert upstream.aarch64_build_vars(text) == {
+        "MAX_JOBS": "5",
+        "LINKER": "-Wl,-z",
+        "BUILD_TEST": "0",
+        "PYTORCH_BUILD_NUMBER": "1",
+        "USE_MKLDNN": "ON",
+        "ACL_ROOT_DIR": "/acl",
+        "BLAS": "OpenBLAS",
+    }

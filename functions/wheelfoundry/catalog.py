@@ -155,6 +155,12 @@ class Catalog:
         """Upstream's build_cuda.sh variables for a slim wheel of ``cuda``."""
         return {**self.build_env.get("cuda", {}), **self.toolkit_for(release, cuda).env}
 
+    def torch_build_env(self, release: Release | None, platform: str, cuda: str | None) -> dict[str, str]:
+        """Upstream's build-script variables for a torch wheel of this platform / CUDA."""
+        if cuda:
+            return self.cuda_env(release, cuda)
+        return dict(self.build_env.get("cpu" if platform == "x86_64" else platform, {}))
+
     def aarch64_build_args(self, release: Release | None) -> dict[str, str]:
         """Builder-image arguments pinning OpenBLAS / ACL to what the release was built with."""
         names = {"openblas": "OPENBLAS_VERSION", "acl": "ACL_VERSION"}

@@ -8,138 +8,15 @@ in its ``[explained]`` table makes the command exit 1.
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from wheelfoundry import upstream
 from wheelfoundry.catalog import Catalog, Release
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-
-FACTS_FILE = "upstream-facts.toml"
-# Set by upstream's script from the image or for its own packaging (the repair stage writes RPATHs
-# and bundles libraries here): never compared.
-INFORMATIONAL = frozenset(
-    [
-        "CUDA_VERSION",
-        "CUDA_VERSION_SHORT",
-        "CUDNN_VERSION",
-        "DESIRED_CUDA",
-        "SCRIPTPATH",
-        "BUILD_SCRIPT",
-        "CMAKE_ARGS",
-        "EXTRA_CAFFE2_CMAKE_FLAGS",
-        "DEPS_LIST",
-        "DEPS_SONAME",
-        "LIBGOMP_PATH",
-        "OS_NAME",
-        "WHEELHOUSE_DIR",
-        "LIBTORCH_HOUSE_DIR",
-        "PYTORCH_FINAL_PACKAGE_DIR",
-        "CUDA_RPATHS",
-        "C_SO_RPATH",
-        "LIB_SO_RPATH",
-        "FORCE_RPATH",
-        "TORCH_CUDA_ARCH_LIST",
-        "PYTORCH_EXTRA_INSTALL_REQUIREMENTS",
-        "TRITON_VERSION",
-        "TRITON_REQUIREMENT",
-        "TRITON_CONSTRAINT",
-        "USE_MAGMA",
-    ]
-)
-
-
-@dataclass
-class UpstreamFacts:
-    release: str
-    python: tuple[str, ...] | None = None
-    cuda: tuple[str, ...] | None = None
-    arch_lists: dict[str, str] = field(default_factory=dict)
-    requirements: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    env: dict[str, dict[str, str]] = field(default_factory=dict)
-    nvcc_flags_seen: str | None = None
-    manylinux: str | None = None
-    acl: str | None = None
-    openblas: str | None = None
-    provenance: dict[str, str] = field(default_factory=dict)
-
-    def merge(self, other: UpstreamFacts) -> None:
-        for name in ("python", "cuda", "nvcc_flags_seen", "manylinux", "acl", "openblas"):
-            if getattr(self, name) is None:
-                setattr(self, name, getattr(other, name))
-        for name in ("arch_lists", "requirements", "env", "provenance"):
-            for key, value in getattr(other, name).items():
-                getattr(self, name).setdefault(key, value)
-
-
-def read_files(root: Path, release: Release, provenance: dict[str, str]) -> UpstreamFacts:
-    """Facts from upstream files under ``root`` (checkout layout), for the CUDA versions of ``release``."""
-    files = upstream.UpstreamFiles.scan(root)
-    facts = UpstreamFacts(release.torch)
-    cite = {kind: provenance.get(kind, str(path)) for kind, path in files.found.items()}
-    if (text := files.text("build_cuda")) is not None:
-        for cuda in release.all_cuda:
-            exports = upstream.cuda_exports(text, cuda)
-            if exports.get("TORCH_CUDA_ARCH_LIST"):
-                facts.arch_lists[cuda] = exports["TORCH_CUDA_ARCH_LIST"]
-                facts.env[cuda] = {k: v for k, v in exports.items() if k not in INFORMATIONAL}
-        facts.provenance.update(arch_list=cite["build_cuda"], env=cite["build_cuda"])
-    if (text := files.text("matrix")) is not None:
-        matrix = upstream.read_matrix(text)
-        facts.python = tuple(p for p in matrix.python if not p.endswith("t")) or None
-        facts.cuda = matrix.cuda or None
-        facts.requirements.update(matrix.requirements)
-        facts.provenance.update(python=cite["matrix"], cuda=cite["matrix"])
-        if matrix.requirements:
-            facts.provenance["requirements"] = cite["matrix"]
-    wheel_cuda: str | None = None
-    if (text := files.text("metadata")) is not None:
-        wheel_cuda = provenance.get("metadata_cuda") or upstream.metadata_cuda(text)
-        if wheel_cuda:
-            facts.requirements[wheel_cuda] = upstream.metadata_requirements(text)
-            facts.provenance["requirements"] = cite["metadata"]
-    if (text := files.text("wheel")) is not None:
-        facts.manylinux = upstream.wheel_manylinux(text)
-        facts.provenance["manylinux"] = cite["wheel"]
-    if (text := files.text("build_strings")) is not None:
-        arch = upstream.gencode_arch_list(text)
-        if wheel_cuda and arch:
-            facts.arch_lists[wheel_cuda] = arch
-            facts.provenance["arch_list"] = cite["build_strings"]
-        facts.nvcc_flags_seen = text
-        facts.provenance["env"] = cite["build_strings"]
-    if (text := files.text("aarch64")) is not None:
-        facts.acl = upstream.acl_version(text)
-        facts.openblas = upstream.openblas_version(text)
-        facts.provenance["aarch64"] = cite["aarch64"]
-    if (text := files.text("openblas")) is not None and facts.openblas is None:
-        facts.openblas = upstream.openblas_version(text)
-        facts.provenance["aarch64"] = cite["openblas"]
-    return facts
-
-
-def read_facts_toml(path: Path) -> UpstreamFacts:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    raw: dict[str, Any] = data.get("facts", {})
-    return UpstreamFacts(
-        release=str(data["release"]),
-        python=tuple(raw["python"]) if "python" in raw else None,
-        cuda=tuple(raw["cuda"]) if "cuda" in raw else None,
-        arch_lists=dict(raw.get("arch_lists", {})),
-        requirements={k: tuple(v) for k, v in raw.get("requirements", {}).items()},
-        env={k: dict(v) for k, v in raw.get("env", {}).items()},
-        nvcc_flags_seen=raw.get("nvcc_flags_seen"),
-        manylinux=raw.get("manylinux"),
-        acl=raw.get("acl"),
-        openblas=raw.get("openblas"),
-        provenance=dict(data.get("provenance", {})),
-    )
-
+from wheelfoundry.upstream_facts import UpstreamFacts
 
 RELEASE_FACTS = ("python", "cuda", "cxx11_abi", "manylinux", "arch_list", "requirements", "env", "aarch64")
 
@@ -219,6 +96,23 @@ def _show(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _flag(value: str | None) -> str | None:
+    return {"ON": "1", "OFF": "0", "TRUE": "1", "FALSE": "0"}.get((value or "").upper(), value)
+
+
+def _platform_env(
+    c: _Collector, catalog: Catalog, release: Release, platform: str, label: str, upstream_env: dict[str, str]
+) -> None:
+    """A CPU wheel's build variables: upstream's against the rendered job's (ON/OFF read as 1/0)."""
+    if not upstream_env:
+        return
+    job = _rendered(catalog, release, platform, None)
+    env = job["env"] if job else {}
+    for var, value in sorted(upstream_env.items()):
+        ours = env.get(var)
+        c.check(f"{label}.env.{var}", ours, value, _flag(ours) == _flag(value), f"{label}_env")
+
+
 def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
     release = catalog.release(facts.release)
     if release is None:
@@ -256,6 +150,8 @@ def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
                 flags in facts.nvcc_flags_seen,
                 "env",
             )
+    _platform_env(c, catalog, release, "x86_64", "cpu", facts.cpu_env)
+    _platform_env(c, catalog, release, "aarch64", "aarch64", facts.aarch64_env)
     if facts.manylinux is not None:
         c.check("manylinux", release.manylinux, facts.manylinux, release.manylinux == facts.manylinux, "manylinux")
         c.check("rendered.manylinux", "2_28", facts.manylinux, facts.manylinux == "2_28", "manylinux")

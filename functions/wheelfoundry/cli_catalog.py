@@ -18,7 +18,8 @@ from typing import Any
 
 from wheelfoundry import catalog_docs
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.catalog_verify import FACTS_FILE, UpstreamFacts, compare, read_facts_toml, read_files, report
+from wheelfoundry.catalog_verify import compare, report
+from wheelfoundry.upstream_facts import FACTS_FILE, UpstreamFacts, facts_toml, read_facts_toml, read_files
 
 
 def _cites(pairs: list[str]) -> dict[str, str]:
@@ -74,37 +75,6 @@ def _verify(args: argparse.Namespace) -> int:
     findings = compare(load_catalog(), facts)
     print(report(findings, facts.release))
     return 1 if any(f.status == "DIFFERS" for f in findings) else 0
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return '"' + escaped + '"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-
-
-def facts_toml(facts: UpstreamFacts) -> str:
-    lines = [
-        "# Written by `wheelfoundry catalog extract`: upstream facts, not upstream files.",
-        f'release = "{facts.release}"',
-    ]
-    lines.append("[provenance]")
-    lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(facts.provenance.items())]
-    lines.append("[facts]")
-    for name in ("python", "cuda", "nvcc_flags_seen", "manylinux", "acl", "openblas"):
-        value = getattr(facts, name)
-        if value is not None:
-            lines.append(f"{name} = {_toml_value(value)}")
-    for name in ("arch_lists", "requirements"):
-        if getattr(facts, name):
-            lines.append(f"[facts.{name}]")
-            lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(getattr(facts, name).items())]
-    for cuda, env in sorted(facts.env.items()):
-        lines.append(f'[facts.env."{cuda}"]')
-        lines += [f"{k} = {_toml_value(v)}" for k, v in sorted(env.items())]
-    return "\n".join(lines) + "\n"
 
 
 def _extract(args: argparse.Namespace) -> int:

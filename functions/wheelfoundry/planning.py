@@ -101,8 +101,8 @@ def _pytorch_job(
     arch_list = (target.arch_list or toolkit.default_arch_list) if toolkit else None
     jobs = max_jobs(instance, target.accelerator, config)
     env = buildenv.torch_env(target, resolved, request.options, arch_list, jobs, context, tid)
-    if toolkit and target.accelerator == "cuda":
-        env.update(catalog.cuda_env(resolved.release, toolkit.version))  # build_cuda.sh's variables
+    # build_cuda.sh / build_cpu.sh variables, as upstream builds the release
+    env.update(catalog.torch_build_env(resolved.release, target.platform, toolkit.version if toolkit else None))
     requirements = toolkit.requirements if toolkit else ()
     if requirements:
         env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)

@@ -21,6 +21,7 @@ from typing import Any
 CANDIDATES = {
     "build_cuda": (".ci/manywheel/build_cuda.sh", "manywheel/build_cuda.sh"),
     "build_common": (".ci/manywheel/build_common.sh", "manywheel/build_common.sh"),
+    "build_cpu": (".ci/manywheel/build_cpu.sh", "manywheel/build_cpu.sh"),
     "matrix": (".github/scripts/generate_binary_build_matrix.py", "tools/scripts/generate_binary_build_matrix.py"),
     "aarch64": (".ci/aarch64_linux/aarch64_wheel_ci_build.py", "aarch64_linux/aarch64_wheel_ci_build.py"),
     "openblas": (".ci/docker/common/install_openblas.sh", "common/install_openblas.sh"),
@@ -84,7 +85,8 @@ def _decide(expr: str, facts: dict[str, str]) -> bool | None:
 
 def cuda_exports(text: str, cuda: str) -> dict[str, str]:
     """Variables build_cuda.sh leaves set for a slim x86_64 wheel of ``cuda`` (e.g. "12.4")."""
-    facts = {"CUDA_VERSION": cuda, "ARCH": "x86_64", "GPU_ARCH_TYPE": "cuda", "PACKAGE_TYPE": "manywheel"}
+    kind = "cpu" if cuda == "cpu" else "cuda"
+    facts = {"CUDA_VERSION": cuda, "ARCH": "x86_64", "GPU_ARCH_TYPE": kind, "PACKAGE_TYPE": "manywheel"}
     env: dict[str, str] = {}
     stack: list[tuple[bool | None, bool]] = []  # (this branch active?, some branch already taken)
     in_case, arm_active = False, False
@@ -228,6 +230,22 @@ def _tag_after(text: str, anchor: str) -> str | None:
     at = text.find(anchor)
     match = re.search(r"\bv\d+\.\d+(?:\.\d+)?\b", text[at : at + 240]) if at >= 0 else None
     return match[0] if match else None
+
+
+def aarch64_build_vars(text: str) -> dict[str, str]:
+    """KEY=VALUE words of aarch64_wheel_ci_build.py's ``build_vars`` strings (each ends in a space).
+
+    For the CPU wheel: strings naming NVPL are the CUDA-aarch64 branch; values with f-string fields
+    (versions, dates) are left out.
+    """
+    out: dict[str, str] = {}
+    for literal in re.findall(r'f?"([^"\n]*= *[^"\n]* )"', text):
+        if "NVPL" in literal:
+            continue
+        for key, value in re.findall(r"(?:^|\s)([A-Z][A-Za-z0-9_]*)=(\S+)", literal):
+            if "{" not in value and "}" not in value:
+                out[key] = value
+    return out
 
 
 def acl_version(text: str) -> str | None:
