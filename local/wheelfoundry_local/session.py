@@ -26,6 +26,7 @@ import boto3
 from . import cfn_models
 from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
+from .codebuild import LocalCodeBuild
 from .deploy import DeployedStack, deploy
 from .events import EventDelivery, ExecutionWatcher
 from .lambdas import FaultRegistry, InvocationLog, LambdaRuntime
@@ -72,6 +73,7 @@ class EmbeddedAws:
         self.registration = Registration(registration_delay)
         self._agent_output = agent_output
         self.agent: SsmAgent | None = None
+        self.codebuild: LocalCodeBuild | None = None
         self._patches = Patches()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -102,6 +104,8 @@ class EmbeddedAws:
                 self._agent_output,
             )
             self.agent.install()
+            self.codebuild = LocalCodeBuild(self.region, self.state_dir, self.server.environment(), self.events)
+            self.codebuild.install()
             self.watcher.start()
         except BaseException:
             self.stop()
@@ -116,6 +120,10 @@ class EmbeddedAws:
             self.agent.stop()
             self.agent.uninstall()
             self.agent = None
+        if self.codebuild is not None:
+            self.codebuild.stop()
+            self.codebuild.uninstall()
+            self.codebuild = None
         self.events.uninstall()
         cfn_models.uninstall()
         self._patches.undo()
@@ -128,6 +136,8 @@ class EmbeddedAws:
         self._stop_executions()
         if self.agent is not None:
             self.agent.stop()
+        if self.codebuild is not None:
+            self.codebuild.stop()
         self.server.reset()
         self.watcher.forget()
         self.runtime.faults.clear()
@@ -207,6 +217,13 @@ class EmbeddedAws:
             if not page.get("nextToken"):
                 return events
             kwargs["nextToken"] = page["nextToken"]
+
+    def builds_in_progress(self) -> list[dict[str, Any]]:
+        """CodeBuild builds still IN_PROGRESS, as BatchGetBuilds items."""
+        if self.codebuild is None:
+            return []
+        ids = [b.id for b in self.codebuild.builds("IN_PROGRESS")]
+        return list(self.client("codebuild").batch_get_builds(ids=ids)["builds"]) if ids else []
 
     def instances(self, states: tuple[str, ...] = ("pending", "running")) -> list[dict[str, Any]]:
         """EC2 instances in the given states, as DescribeInstances items with Tags as a dict."""

@@ -10,6 +10,7 @@ Use from a conftest.py:
 - `wf_stack` (function): `aws.deploy(wf_template, wf_parameters)`; override `wf_template`
   (default: <rootdir>/template.yaml) and `wf_parameters` (default: {}) to change what is deployed.
 - `assert_no_instances(aws)`: nothing pending or running (call it at the end of a test).
+- `assert_no_builds(aws)`: no CodeBuild build IN_PROGRESS (call it at the end of a test).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def assert_no_instances(aws: EmbeddedAws, states: tuple[str, ...] = ("pending", 
     assert not left, "instances left " + ", ".join(
         f"{i['InstanceId']} ({i['State']['Name']}, tags {i['Tags']})" for i in left
     )
+
+
+def assert_no_builds(aws: EmbeddedAws) -> None:
+    left = aws.builds_in_progress()
+    assert not left, "builds in progress " + ", ".join(f"{b['id']} ({b['currentPhase']})" for b in left)
 
 
 @pytest.fixture(scope="session")
