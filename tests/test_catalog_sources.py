@@ -34,7 +34,7 @@ def test_a_fact_without_a_source_is_reported() -> None:
     assert source_problems(broken) == ["2.5: arch_list has no usable source ('somewhere')"]
 
 
-@pytest.mark.parametrize(("minor", "explained"), [("1.13", 4), ("2.5", 5), ("2.14", 0)])
+@pytest.mark.parametrize(("minor", "explained"), [("1.13", 4), ("2.5", 5), ("2.14", 0), ("nightly", 0)])
 def test_catalog_matches_upstream_facts(minor: str, explained: int) -> None:
     facts = read_facts_toml(FIXTURES / f"torch-{minor}" / FACTS_FILE)
     assert all(source.startswith(("pytorch/", "PyPI torch-")) for source in facts.provenance.values())

@@ -50,12 +50,32 @@ class Finding:
     note: str = ""
 
 
+def release_or_moving(catalog: Catalog, name: str) -> Release | None:
+    """A catalog release (X.Y), or ``nightly`` / ``main`` seen as one (their own Python and CUDA lists)."""
+    moving = catalog.moving.get(name)
+    if moving is None:
+        return catalog.release(name)
+    return Release(
+        torch=name,
+        patches=(0,),
+        python=moving.python,
+        cuda=moving.cuda,
+        cuda_experimental=(),
+        libraries={},
+        python_limits={},
+        overrides={},
+        cxx11_abi=moving.cxx11_abi,
+        source="",
+        sources=moving.sources,
+    )
+
+
 def _rendered(catalog: Catalog, release: Release, platform: str, cuda: str | None) -> dict[str, Any] | None:
     target: dict[str, Any] = {"platform": platform, "accelerator": "cuda" if cuda else "cpu"}
     if cuda:
         target["cuda"] = cuda
     raw = {
-        "version": release.latest_patch(),
+        "version": release.torch if release.torch in catalog.moving else release.latest_patch(),
         "python": [release.python[-1]],
         "targets": [target],
         "packages": ["torch"],
@@ -114,7 +134,7 @@ def _platform_env(
 
 
 def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
-    release = catalog.release(facts.release)
+    release = release_or_moving(catalog, facts.release)
     if release is None:
         raise KeyError(f"torch {facts.release} is not in the catalog")
     c = _Collector(catalog, release.torch, facts)

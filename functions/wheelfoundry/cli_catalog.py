@@ -18,7 +18,7 @@ from typing import Any
 
 from wheelfoundry import catalog_docs
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.catalog_verify import compare, report
+from wheelfoundry.catalog_verify import compare, release_or_moving, report
 from wheelfoundry.upstream_facts import FACTS_FILE, UpstreamFacts, facts_toml, read_facts_toml, read_files
 
 
@@ -55,7 +55,7 @@ def gather(dirs: list[Path], release: str | None, cites: dict[str, str]) -> Upst
         if (folder / FACTS_FILE).is_file():
             facts = read_facts_toml(folder / FACTS_FILE)
         else:
-            rel = catalog.release(minor or "")
+            rel = release_or_moving(catalog, minor or "")
             if rel is None:
                 raise SystemExit(
                     f"error: name the release (--release X.Y) for {folder}; {minor!r} is not in the catalog"
