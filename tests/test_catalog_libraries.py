@@ -50,3 +50,15 @@ def test_a_pure_wheel_is_not_sent_through_auditwheel(tmp_path: Path, monkeypatch
     wheel = _pure_wheel(tmp_path, [])
     out = repair.repair_one(wheel, tmp_path / "out", repair.Options(plat="manylinux_2_28_x86_64"))
     assert out.name.endswith("-py3-none-any.whl") and out.parent == tmp_path / "out"
+
+
+def test_cuda13_slim_rpaths_match_upstream() -> None:
+    """torch 2.14.1+cu130 pins the cuda-toolkit metapackage; its libraries live in nvidia/cu13/lib.
+
+    pytorch/pytorch@799d09f2 .ci/manywheel/build_cuda.sh (CUDA 13, slim): CUDA_RPATHS are
+    nvidia/cudnn, nvidia/nvshmem, nvidia/nccl, nvidia/cusparselt and nvidia/cu13.
+    """
+    job = jobs("torch-2.14.1")["torch2.14.1-cuda13.0-x86_64"]
+    argv = {s.name: s for s in render_stages(job)}["repair-torch-3.12"].argv
+    rpaths = {argv[i + 1] for i, a in enumerate(argv) if a == "--rpath"}
+    assert rpaths == {f"$ORIGIN/../../nvidia/{d}/lib" for d in ("cudnn", "nvshmem", "nccl", "cusparselt", "cu13")}

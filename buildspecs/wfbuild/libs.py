@@ -51,9 +51,11 @@ def nvidia_rpaths(requirements: list[str] | tuple[str, ...], cuda: str | None) -
     for text in requirements:
         name = str(canonicalize_name(Requirement(text).name))
         match = _NVIDIA.match(name)
-        if match is None:
+        if name == "cuda-toolkit" and major:  # the CUDA 13 metapackage (torch 2.14): its wheels share cuNN
+            sub = f"cu{major}"
+        elif match is None:
             continue
-        if match["major"]:
+        elif match["major"]:
             sub = match["stem"].replace("-", "_")
         elif major:
             sub = f"cu{major}"
