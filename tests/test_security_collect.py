@@ -124,3 +124,43 @@ def test_another_runs_different_bytes_are_never_overwritten(s3: Any) -> None:
     result = collect(_event(_build(s3)), s3)
     assert result["conflicts"] == [WHEEL] and result["published"] == []
     assert s3.get_object(Bucket=BUCKET, Key=dest)["Body"].read() == b"released earlier"
+
+
+def test_a_hostile_build_cannot_get_bytes_published_for_another_job(s3: Any) -> None:
+    """The extension build of job A (class-level IAM lets it write job B's keys and, were it a framework
+    role, the cache) overwrites job B's wheel and manifest with consistent forged ones. B's Collect
+    checks the bytes against B's own callback (sent with B's task token) and refuses; A's Collect
+    publishes only A's wheel."""
+    victim = "runs/run1/jobs/torch-cpu/"
+    genuine = b"PK\x03\x04 the real torch wheel"
+    torch = "torch-2.5.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+    contract = {"id": "torch-cpu", "packages": [{"name": "torch"}]}
+    s3.put_object(Bucket=BUCKET, Key=f"{victim}job.json", Body=json.dumps(contract))
+    victim_callback = {
+        "manifest_key": f"{victim}manifest.json",
+        "wheels": [
+            {"filename": torch, "key": f"{victim}wheels/{torch}", "sha256": hashlib.sha256(genuine).hexdigest()}
+        ],
+    }
+    # The hostile build, after B uploaded: forged wheel + a manifest that agrees with it.
+    forged = b"PK\x03\x04 torch with a backdoor"
+    forged_sha = hashlib.sha256(forged).hexdigest()
+    s3.put_object(Bucket=BUCKET, Key=f"{victim}wheels/{torch}", Body=forged, Metadata={"sha256": forged_sha})
+    forged_manifest = {"job_id": "torch-cpu", "wheels": [{"name": torch, "sha256": forged_sha}]}
+    s3.put_object(Bucket=BUCKET, Key=f"{victim}manifest.json", Body=json.dumps(forged_manifest))
+    s3.put_object(Bucket=BUCKET, Key="sccache/cpu-x86_64/poisoned", Body=b"evil object file")
+    victim_event = {
+        "job": {"id": "torch-cpu", "prefix": victim, "job_key": f"{victim}job.json"},
+        "run": {"bucket": BUCKET, "channel": "release"},
+        "build": victim_callback,
+    }
+    with pytest.raises(ManifestInvalid):
+        collect(victim_event, s3)
+    # The hostile job's own Collect: its own wheel only, whatever else it claims.
+    own = _build(s3)
+    own["wheels"].append({"filename": torch, "key": f"{victim}wheels/{torch}", "sha256": forged_sha})
+    with pytest.raises(ManifestInvalid):
+        collect(_event(own), s3)
+    own["wheels"].pop()
+    assert collect(_event(own), s3)["published"] == [WHEEL]
+    assert _published(s3) == [f"wheels/release/wf-tiny-ext/{WHEEL}", f"wheels/release/wf-tiny-ext/{WHEEL}.metadata"]

@@ -123,6 +123,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     conflicts: list[str] = []
     verified: list[str] = []
     in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
+    checked = []  # every wheel is checked before any is published: a bad entry publishes nothing
     for wheel in build.get("wheels", []):
         filename = safe_wheel_name(job["id"], wheel.get("filename"))
         source = _expect_key(job["id"], "wheel key", wheel.get("key"), f"{prefix}wheels/{filename}")
@@ -132,7 +133,12 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         project = canonicalize_name(parse_wheel_filename(filename)[0])
         if project not in projects:  # an extension build must not publish "torch" into the channel
             raise ManifestInvalid(f"{job['id']}: {filename} is not a wheel of {sorted(projects)}")
+        metadata_key = wheel.get("metadata_key")
+        if metadata_key:
+            metadata_key = _expect_key(job["id"], "metadata_key", metadata_key, f"{source}.metadata")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
+        checked.append((filename, source, sha, project, metadata_key, version, metadata))
+    for filename, source, sha, project, metadata_key, version, metadata in checked:
         if run.get("layout") == "merged":  # cell wheels stay in the job's prefix: Merge publishes one wheel
             verified.append(filename)
             continue
@@ -141,8 +147,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         if existing is not None:
             (unchanged if existing.get("Metadata", {}).get("sha256") == sha else conflicts).append(filename)
             continue
-        if wheel.get("metadata_key"):
-            metadata_key = _expect_key(job["id"], "metadata_key", wheel["metadata_key"], f"{source}.metadata")
+        if metadata_key:
             _copy(s3, bucket, metadata_key, f"{dest}.metadata")
         _copy(s3, bucket, source, dest, version, metadata)  # the wheel last: the index only lists wheels that exist
         published.append(filename)
