@@ -85,7 +85,7 @@ def test_bytes_that_differ_from_the_manifest_are_refused_even_if_the_metadata_ag
     ],
     ids=["other-job", "other-run", "cache", "manifest", "metadata"],
 )
-def test_keys_outside_the_job_prefix_are_refused(s3: Any, override: dict[str, str]) -> None:
+def test_keys_outside_the_job_prefix_are_refused(s3: Any, override: dict[str, Any]) -> None:
     with pytest.raises(ManifestInvalid, match="outside the job's prefix"):
         collect(_event(_build(s3, **override)), s3)
     assert _published(s3) == []
