@@ -200,11 +200,12 @@ def test_image_tag_follows_recipe_and_args(tmp_path: Path) -> None:
     tag = container.image_tag(job, BUNDLE)
     assert tag.startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/wf-builder:aarch64-cpu-")
     assert container.image_tag(job, BUNDLE) == tag
+    acl = job["image"]["build_args"]["ACL_VERSION"]  # v24.04: what upstream built 2.5 with (catalog)
     job["image"]["build_args"]["ACL_VERSION"] = "v52.7.0"
     assert container.image_tag(job, BUNDLE) != tag
     copy = tmp_path / "bundle"
     shutil.copytree(BUNDLE / "images", copy / "images")
-    job["image"]["build_args"]["ACL_VERSION"] = "v52.6.0"
+    job["image"]["build_args"]["ACL_VERSION"] = acl
     assert container.image_tag(job, copy) == tag
     (copy / "images" / "scripts" / "install_acl.sh").write_text("#!/usr/bin/env bash\n")
     assert container.image_tag(job, copy) != tag
