@@ -145,3 +145,33 @@ def test_lambda_requirements_match_the_project_dependencies() -> None:
         ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if ln and not ln.startswith("#")
     ]
     assert {Requirement(ln).name for ln in lines} == wanted
+
+
+def test_codebuild_projects_role_and_rule_are_scoped_to_this_stack() -> None:
+    projects = resources("AWS::CodeBuild::Project")
+    assert set(projects) == {"CodeBuildProjectX86", "CodeBuildProjectArm64"}
+    for project in projects.values():
+        props = project["Properties"]
+        assert props["Source"]["Type"] == "NO_SOURCE" and props["Environment"]["PrivilegedMode"] is True
+        assert props["LogsConfig"]["CloudWatchLogs"]["GroupName"] == {"Ref": "CodeBuildLogGroup"}
+        assert props["ServiceRole"] == {"Fn::GetAtt": ["CodeBuildRole", "Arn"]}
+        assert "Fn::If" in props["VpcConfig"] and props["VpcConfig"]["Fn::If"][0] == "CodeBuildInVpc"
+    assert resources()["CodeBuildLogGroup"]["Properties"]["LogGroupName"] == {
+        "Fn::Sub": "/aws/codebuild/${AWS::StackName}-build"
+    }
+    role = resources()["CodeBuildRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    plain = [s for s in role if "Sid" in s]
+    by_sid = {s["Sid"]: s for s in plain}
+    reads = json.dumps(by_sid["ReadInputs"]["Resource"])
+    assert "runs/*/jobs/*/job.json" in reads and "runs/*/jobs/*/token" in reads and 'runs/*"' not in reads
+    writes = by_sid["WriteOutputs"]["Resource"]
+    assert all(w["Fn::Sub"].startswith("${WheelBucket.Arn}/runs/*/jobs/*/") for w in writes), writes
+    assert "stateMachine:${AWS::StackName}-build" in json.dumps(by_sid["CallBack"]["Resource"])
+    for statement in plain:
+        if statement["Resource"] == "*":
+            assert statement["Sid"] == "BuilderImagesLogin", statement
+    rule = resources("AWS::Serverless::Function")["CallbackFunction"]["Properties"]["Events"]["BuildState"]
+    pattern = rule["Properties"]["Pattern"]
+    assert pattern["detail-type"] == ["CodeBuild Build State Change"]
+    assert pattern["detail"]["build-status"] == ["FAILED", "STOPPED", "TIMED_OUT", "FAULT"]
+    assert pattern["detail"]["project-name"] == [{"Ref": "CodeBuildProjectX86"}, {"Ref": "CodeBuildProjectArm64"}]

@@ -57,6 +57,7 @@ class Build:
     phases: list[dict[str, Any]] = field(default_factory=list)
     stop_requested: bool = False
     pid: int | None = None
+    service_role: str = ""
 
     def describe(self, logs: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ class Build:
             "timeoutInMinutes": self.timeout_minutes,
             "buildComplete": self.status in FINAL,
             "initiator": "wheelfoundry_local",
+            "serviceRole": self.service_role,
         }
 
 
@@ -136,6 +138,7 @@ class LocalCodeBuild:
                 return self._describe_one(self._builds[self._idempotency[token]])
         project = codebuild_api.codebuild_backend(region).codebuild_projects[project_name].project_metadata
         environment = {k: v for k, v in project["environment"].items() if k != "environmentVariables"}
+        role = request.get("serviceRoleOverride") or project.get("serviceRole", "")
         if request.get("computeTypeOverride"):
             environment["computeType"] = request["computeTypeOverride"]
         variables = {v["name"]: v for v in project["environment"].get("environmentVariables") or []}
@@ -160,6 +163,7 @@ class LocalCodeBuild:
                 timeout_minutes=int(request.get("timeoutInMinutesOverride") or project.get("timeoutInMinutes") or 60),
                 root=root,
                 log_path=root / "build.log",
+                service_role=role,
             )
             self._builds[build_id] = build
             if token:

@@ -94,6 +94,7 @@ def test_the_extension_is_built_on_codebuild_published_and_installable(
     assert aws.instances(states=("pending", "running", "terminated")) == []  # no instance at all
     (build,) = builds(aws)
     assert build.status == "SUCCEEDED" and build.environment["computeType"].startswith("BUILD_GENERAL1_")
+    assert build.service_role == stack.physical_id("CodeBuildExtensionRole")  # a user's setup.py: its own role
     run_id, (job_id,) = result.output["run_id"], job_ids(aws)
     prefix = f"runs/{run_id}/jobs/{job_id}/"
     record = s3_json(aws, stack, f"{prefix}build.json")

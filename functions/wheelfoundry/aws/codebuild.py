@@ -49,6 +49,7 @@ class BuildStartFailed(WheelFoundryError):
 class BuildSettings:
     bucket: str
     projects: Mapping[str, str]  # platform -> CodeBuild project name
+    extension_role: str = ""  # serviceRoleOverride for extension jobs (a user's setup.py: docs/security.md)
 
 
 def _key_of(s3: Any, bucket: str, key: str) -> bytes | None:
@@ -131,6 +132,8 @@ def start(event: Mapping[str, Any], s3: Any, codebuild: Any, settings: BuildSett
     }
     if compute:
         params["computeTypeOverride"] = compute
+    if contract.get("kind") == "extension" and settings.extension_role:
+        params["serviceRoleOverride"] = settings.extension_role
     try:
         build = codebuild.start_build(**params)["build"]
     except ClientError as exc:

@@ -14,7 +14,7 @@ from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
 
 def settings_of(rt: Runtime) -> BuildSettings:
     projects = {"x86_64": rt.var("WF_CODEBUILD_PROJECT_X86_64"), "aarch64": rt.var("WF_CODEBUILD_PROJECT_AARCH64")}
-    return BuildSettings(bucket=rt.var("WF_BUCKET"), projects=projects)
+    return BuildSettings(rt.var("WF_BUCKET"), projects, rt.var("WF_CODEBUILD_EXTENSION_ROLE", ""))
 
 
 @entrypoint
