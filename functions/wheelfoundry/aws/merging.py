@@ -122,7 +122,13 @@ def _merge_group(
         (out["unchanged"] if existing == merged.sha256 else out["conflicts"]).append(merged.filename)
         return
     requires_python = _requires_python(merged.metadata)
-    s3.put_object(Bucket=bucket, Key=f"{dest}.metadata", Body=merged.metadata, ContentType="text/plain")
+    s3.put_object(
+        Bucket=bucket,
+        Key=f"{dest}.metadata",
+        Body=merged.metadata,
+        ContentType="text/plain",
+        Metadata={"sha256": hashlib.sha256(merged.metadata).hexdigest()},  # PEP 658's data-core-metadata
+    )
     metadata = {"sha256": merged.sha256, **({"requires-python": requires_python} if requires_python else {})}
     s3.upload_file(str(merged.path), bucket, dest, ExtraArgs={"Metadata": metadata, "ContentType": "application/zip"})
     out["published"].append(merged.filename)
