@@ -16,6 +16,7 @@ status) reach the stack's rules.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,6 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,54 +31,10 @@ import yaml
 
 from . import codebuild_api
 from ._moto import ACCOUNT_ID, Patches
+from .codebuild_api import FINAL, Build
 from .events import EventDelivery
 
 PHASES = ("install", "pre_build", "build", "post_build")
-FINAL = ("SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED")
-
-
-@dataclass
-class Build:
-    id: str
-    arn: str
-    project: str
-    number: int
-    region: str
-    environment: dict[str, Any]  # the project's, with the overrides applied
-    variables: list[dict[str, str]]  # every variable the build sees from project + StartBuild
-    buildspec: str
-    timeout_minutes: int
-    root: Path
-    log_path: Path
-    started: float = field(default_factory=time.time)
-    ended: float | None = None
-    status: str = "IN_PROGRESS"
-    current_phase: str = "SUBMITTED"
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    stop_requested: bool = False
-    pid: int | None = None
-    service_role: str = ""
-
-    def describe(self, logs: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "arn": self.arn,
-            "buildNumber": self.number,
-            "startTime": self.started,
-            **({"endTime": self.ended} if self.ended is not None else {}),
-            "currentPhase": self.current_phase,
-            "buildStatus": self.status,
-            "projectName": self.project,
-            "phases": [dict(p) for p in self.phases],
-            "source": {"type": "NO_SOURCE", "buildspec": self.buildspec},
-            "artifacts": {"location": ""},
-            "environment": {**self.environment, "environmentVariables": list(self.variables)},
-            "logs": logs,
-            "timeoutInMinutes": self.timeout_minutes,
-            "buildComplete": self.status in FINAL,
-            "initiator": "wheelfoundry_local",
-            "serviceRole": self.service_role,
-        }
 
 
 class LocalCodeBuild:
@@ -352,37 +308,8 @@ class LocalCodeBuild:
     def _event(self, build: Build) -> None:
         if self._closing:
             return
-        detail = {
-            "build-status": build.status,
-            "project-name": build.project,
-            "build-id": build.arn,
-            "current-phase": build.current_phase,
-            "current-phase-context": "[]",
-            "version": "1",
-            "additional-information": {
-                "build-complete": build.status in FINAL,
-                "initiator": "wheelfoundry_local",
-                "timeout-in-minutes": build.timeout_minutes,
-                "environment": {
-                    "image": build.environment.get("image", ""),
-                    "privileged-mode": bool(build.environment.get("privilegedMode")),
-                    "compute-type": build.environment.get("computeType", ""),
-                    "type": build.environment.get("type", ""),
-                    "environment-variables": [dict(v) for v in build.variables],
-                },
-                "phases": [
-                    {
-                        "phase-type": p["phaseType"],
-                        "phase-status": p.get("phaseStatus"),
-                        "phase-context": [{"message": c["message"]} for c in p.get("contexts", [])],
-                    }
-                    for p in build.phases
-                ],
-            },
-        }
+        detail = codebuild_api.state_change_detail(build, build.status in FINAL)
         try:
             self.events.put("aws.codebuild", "CodeBuild Build State Change", detail, [build.arn])
         except Exception:  # best effort, as on AWS
-            import logging
-
             logging.getLogger(__name__).exception("delivering the CodeBuild state event failed")

@@ -1,18 +1,22 @@
 """What moto's CodeBuild lacks for the CodeBuild executor: a CloudFormation model for
 AWS::CodeBuild::Project, and StartBuild / BatchGetBuilds / StopBuild / ListBuildsForProject that
 reach a build that really runs (codebuild.py) instead of moto's records, which say SUCCEEDED as
-soon as anyone looks.
+soon as anyone looks. Also the build record (`Build`) and its state-change event's detail.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ._moto import ACCOUNT_ID, Patches
 from .cfn_services import CustomResourceFailed, Model
 
+FINAL = ("SUCCEEDED", "FAILED", "FAULT", "TIMED_OUT", "STOPPED")
 COMPUTE_TYPES = (
     "BUILD_GENERAL1_SMALL",
     "BUILD_GENERAL1_MEDIUM",
@@ -147,3 +151,79 @@ def install(patches: Patches, start: Start, describe: Describe, stop: Stop, list
     patches.set(CodeBuildResponse, "batch_get_builds", batch_get_builds)
     patches.set(CodeBuildResponse, "stop_build", stop_build)
     patches.set(CodeBuildResponse, "list_builds_for_project", list_builds_for_project)
+
+
+def state_change_detail(build: Build, complete: bool) -> dict[str, Any]:
+    """The `detail` of a `CodeBuild Build State Change` event, as CodeBuild emits it."""
+    return {
+        "build-status": build.status,
+        "project-name": build.project,
+        "build-id": build.arn,
+        "current-phase": build.current_phase,
+        "current-phase-context": "[]",
+        "version": "1",
+        "additional-information": {
+            "build-complete": complete,
+            "initiator": "wheelfoundry_local",
+            "timeout-in-minutes": build.timeout_minutes,
+            "environment": {
+                "image": build.environment.get("image", ""),
+                "privileged-mode": bool(build.environment.get("privilegedMode")),
+                "compute-type": build.environment.get("computeType", ""),
+                "type": build.environment.get("type", ""),
+                "environment-variables": [dict(v) for v in build.variables],
+            },
+            "phases": [
+                {
+                    "phase-type": p["phaseType"],
+                    "phase-status": p.get("phaseStatus"),
+                    "phase-context": [{"message": c["message"]} for c in p.get("contexts", [])],
+                }
+                for p in build.phases
+            ],
+        },
+    }
+
+
+@dataclass
+class Build:
+    id: str
+    arn: str
+    project: str
+    number: int
+    region: str
+    environment: dict[str, Any]  # the project's, with the overrides applied
+    variables: list[dict[str, str]]  # every variable the build sees from project + StartBuild
+    buildspec: str
+    timeout_minutes: int
+    root: Path
+    log_path: Path
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    status: str = "IN_PROGRESS"
+    current_phase: str = "SUBMITTED"
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    stop_requested: bool = False
+    pid: int | None = None
+    service_role: str = ""
+
+    def describe(self, logs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "arn": self.arn,
+            "buildNumber": self.number,
+            "startTime": self.started,
+            **({"endTime": self.ended} if self.ended is not None else {}),
+            "currentPhase": self.current_phase,
+            "buildStatus": self.status,
+            "projectName": self.project,
+            "phases": [dict(p) for p in self.phases],
+            "source": {"type": "NO_SOURCE", "buildspec": self.buildspec},
+            "artifacts": {"location": ""},
+            "environment": {**self.environment, "environmentVariables": list(self.variables)},
+            "logs": logs,
+            "timeoutInMinutes": self.timeout_minutes,
+            "buildComplete": self.status in FINAL,
+            "initiator": "wheelfoundry_local",
+            "serviceRole": self.service_role,
+        }
