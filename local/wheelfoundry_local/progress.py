@@ -50,7 +50,15 @@ class Progress:
         """Refresh from the invocation log; returns the lines that changed."""
         names = {
             stack.function_name(lid): lid
-            for lid in ("LaunchFunction", "AwaitAgentFunction", "CollectFunction", "TerminateFunction")
+            for lid in (
+                "LaunchFunction",
+                "AwaitAgentFunction",
+                "CollectFunction",
+                "TerminateFunction",
+                "StartBuildFunction",
+                "StopBuildFunction",
+            )
+            if lid in stack.resources
         }
         by_instance: dict[str | None, JobView] = {j.instance: j for j in self.jobs.values() if j.instance}
         for call in invocations.all():
@@ -70,6 +78,11 @@ class Progress:
             elif kind == "TerminateFunction" and call.ok:
                 job.phase = f"{call.result.get('status')}, instance terminated"
                 job.done = True
+            elif kind == "StartBuildFunction" and call.ok:
+                job.phase = "building on CodeBuild"
+            elif kind == "StopBuildFunction" and call.ok:
+                job.phase = f"{call.result.get('status')}, build finished"
+                job.done = True
         changed = []
         with self._lock:
             for job in self.jobs.values():
@@ -82,9 +95,9 @@ class Progress:
     def _job_for(
         self, kind: str | None, event: dict[str, Any], by_instance: dict[str | None, JobView]
     ) -> JobView | None:
-        if kind in ("LaunchFunction", "CollectFunction"):
+        if kind in ("LaunchFunction", "CollectFunction", "StartBuildFunction"):
             job_id = event.get("job", {}).get("id")
-        elif kind == "TerminateFunction":
+        elif kind in ("TerminateFunction", "StopBuildFunction"):
             job_id = event.get("state", {}).get("job", {}).get("id")
         elif kind == "AwaitAgentFunction":
             return by_instance.get(event.get("instance_id"))
