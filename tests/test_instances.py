@@ -199,3 +199,19 @@ def test_callback_fails_the_token_of_a_failed_command(aws: Any) -> None:
     with pytest.raises(ClientError), Stubber(sfn) as sfn_stub:
         sfn_stub.add_client_error("send_task_failure", service_error_code="AccessDenied")
         sfn.send_task_failure(taskToken="t", error="e", cause="c")
+
+
+def test_an_extension_job_runs_with_the_extension_instance_profile(aws: Any) -> None:
+    ec2, ssm, settings = aws
+    iam = boto3.client("iam", region_name="us-east-1")
+    profiles = {
+        name: iam.create_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Arn"]
+        for name in ("framework", "extension")
+    }
+    settings = LaunchSettings(**{**settings.__dict__, "extension_profile": profiles["extension"]})
+    untrusted = event("my-ext-cpu-x86_64")
+    untrusted["job"]["trust"] = "extension"
+    launch(untrusted, ec2, ssm, RUNNING, settings, NOW)
+    launch(event(), ec2, ssm, RUNNING, settings, NOW)  # a framework job keeps the launch template's profile
+    by_job = {T.tags_of(i)[T.JOB]: i.get("IamInstanceProfile", {}).get("Arn") for i in live(ec2)}
+    assert by_job == {"my-ext-cpu-x86_64": profiles["extension"], "torch2.5.1-cpu-x86_64": None}

@@ -22,6 +22,7 @@ builder image's, so the wheel gets the tag this host allows, e.g. manylinux_2_34
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import io
 import os
 import re
@@ -51,6 +52,16 @@ class Options:
     requires: list[str] = field(default_factory=list)
     rpaths: list[str] = field(default_factory=list)
     local_label: str | None = None
+    slim: bool = False  # a slim wheel: no file matching an --exclude pattern may end up inside
+
+
+def slim_violations(wheel: Path, patterns: list[str]) -> list[str]:
+    """Files of the wheel named like a library it must take from torch or the nvidia-* wheels."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    # auditwheel renames what it grafts: libcudart.so.13 -> libcudart-<8 hex>.so.13
+    base = {n: re.sub(r"-[0-9a-f]{8}(?=\.so)", "", n.rsplit("/", 1)[-1]) for n in names}
+    return [n for n in names if any(fnmatch.fnmatch(base[n], p) for p in patterns)]
 
 
 def tool_env(lib_paths: list[str]) -> dict[str, str]:
@@ -181,6 +192,9 @@ def repair_one(wheel: Path, out_dir: Path, opts: Options) -> Path:
                         f"{current.name}: RPATH += {':'.join(opts.rpaths)} on {add_rpaths(root, opts.rpaths)} libraries"
                     )
             (current,) = (Path(tmp) / "fixed").glob("*.whl")
+        bad = slim_violations(current, opts.excludes) if opts.slim else []
+        if bad:
+            raise RepairError(f"{current.name}: a slim wheel must not carry {', '.join(bad)}")
         for library in opts.expect_bundled:
             if not bundled(current, library):
                 raise RepairError(
@@ -203,13 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require", action="append", default=[])
     parser.add_argument("--rpath", action="append", default=[])
     parser.add_argument("--local-label")
+    parser.add_argument("--slim", action="store_true", help="fail if any --exclude library is inside the wheel")
     args = parser.parse_args(argv)
     wheels = list(args.wheels) + (sorted(args.in_dir.glob("*.whl")) if args.in_dir else [])
     if not wheels:
         print(f"repair: no wheels in {args.in_dir}", file=sys.stderr)
         return 1
     plat = os.environ.get("WF_REPAIR_PLAT") or args.plat
-    opts = Options(plat, args.exclude, args.lib_path, args.expect_bundled, args.require, args.rpath, args.local_label)
+    opts = Options(
+        plat, args.exclude, args.lib_path, args.expect_bundled, args.require, args.rpath, args.local_label, args.slim
+    )
     for wheel in wheels:
         try:
             final = repair_one(wheel, args.out_dir, opts)

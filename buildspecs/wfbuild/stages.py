@@ -93,7 +93,7 @@ def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
     for pattern in excludes:
         args += ["--exclude", pattern]
     if not torch:
-        return args
+        return [*args, "--slim"]  # an extension or domain library: checked to carry none of them
     expect = ["libgomp"]
     lib_paths = []
     if job["smoke"]["mpi"]:

@@ -259,3 +259,19 @@ def test_spot_watch_without_imds_ends_quietly(tmp_path: Path) -> None:
     assert not watcher.is_alive() and time.monotonic() - started < 3 and notices == []
     log.close()
     assert (tmp_path / "build.log").read_text().count("no instance metadata service") == 1
+
+
+def test_a_slim_wheel_carrying_torch_or_cuda_libraries_is_refused(tmp_path: Path) -> None:
+    from wfbuild.libs import CUDA_LIBS, TORCH_LIBS
+    from wfbuild.repair import slim_violations
+
+    wheel = tmp_path / "ext-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name in ("ext/_C.cpython-311-x86_64-linux-gnu.so", "ext.libs/libgomp-a34b3233.so.1"):
+            zf.writestr(name, b"")
+    patterns = [*TORCH_LIBS, *CUDA_LIBS]
+    assert slim_violations(wheel, patterns) == []
+    with zipfile.ZipFile(wheel, "a") as zf:
+        zf.writestr("ext.libs/libc10-12345678.so", b"")
+        zf.writestr("ext.libs/libcudart-87654321.so.13", b"")
+    assert slim_violations(wheel, patterns) == ["ext.libs/libc10-12345678.so", "ext.libs/libcudart-87654321.so.13"]

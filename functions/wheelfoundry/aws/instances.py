@@ -29,6 +29,7 @@ class LaunchSettings:
     launch_templates: dict[str, str]  # platform -> launch template id
     ami_parameters: dict[str, str]  # platform -> public SSM parameter naming the AMI
     subnets: tuple[str, ...]
+    extension_profile: str = ""  # instance profile ARN of the extension (untrusted) class
 
 
 def client_token(execution: str, job_id: str, market: str) -> str:
@@ -91,6 +92,9 @@ def launch(
             {"ResourceType": "volume", "Tags": T.tag_list(tags)},
         ],
     }
+    if job.get("trust") == "extension" and settings.extension_profile:
+        # Untrusted builds: the launch template's (framework) profile is replaced by the extension class's.
+        params["IamInstanceProfile"] = {"Arn": settings.extension_profile}
     if job["spot"]:
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",

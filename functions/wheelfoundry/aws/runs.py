@@ -37,6 +37,8 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
         "job_key": f"{prefix}job.json",
         "platform": job.platform,
         "executor": job.executor,
+        # Extension sources are other people's code: their builds get the extension role (docs/security.md).
+        "trust": "extension" if job.kind == "extension" else "framework",
         "instance_type": job.instance.type,
         "spot": job.instance.spot,
         "max_seconds": job.max_seconds,

@@ -19,6 +19,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         },
         ami_parameters={"x86_64": rt.var("WF_AMI_PARAMETER_X86_64"), "aarch64": rt.var("WF_AMI_PARAMETER_AARCH64")},
         subnets=tuple(s for s in rt.var("WF_SUBNET_IDS", "").split(",") if s),
+        extension_profile=rt.var("WF_EXTENSION_INSTANCE_PROFILE_ARN", ""),
     )
     result = launch(event, rt.client("ec2"), rt.client("ssm"), rt.client("stepfunctions"), settings, datetime.now(UTC))
     if not result["reused"]:
