@@ -172,6 +172,9 @@ def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
             )
     _platform_env(c, catalog, release, "x86_64", "cpu", facts.cpu_env)
     _platform_env(c, catalog, release, "aarch64", "aarch64", facts.aarch64_env)
+    if facts.cxx11_abi is not None:
+        same = release.cxx11_abi == facts.cxx11_abi
+        c.check("cxx11_abi", release.cxx11_abi, facts.cxx11_abi, same, "cxx11_abi")
     if facts.manylinux is not None:
         c.check("manylinux", release.manylinux, facts.manylinux, release.manylinux == facts.manylinux, "manylinux")
         c.check("rendered.manylinux", "2_28", facts.manylinux, facts.manylinux == "2_28", "manylinux")

@@ -28,6 +28,7 @@ CANDIDATES = {
     "metadata": ("METADATA",),
     "wheel": ("WHEEL",),
     "build_strings": ("build-strings.txt",),
+    "torch_config": ("torch-config.txt",),  # python -c "import torch; print(torch.__config__.show())"
     "version": ("version.txt",),
 }
 
@@ -246,6 +247,25 @@ def aarch64_build_vars(text: str) -> dict[str, str]:
             if "{" not in value and "}" not in value:
                 out[key] = value
     return out
+
+
+_BLAS = {"mkl": "MKL", "open": "OpenBLAS", "openblas": "OpenBLAS"}
+
+
+def torch_config(text: str) -> tuple[dict[str, str], bool | None]:
+    """A published wheel's own record of its build: torch.__config__.show()'s "Build settings" as
+    build variables (BLAS_INFO=mkl -> BLAS=MKL), and the C++11 ABI when the file adds
+    ``_GLIBCXX_USE_CXX11_ABI=True|False`` (torch._C._GLIBCXX_USE_CXX11_ABI)."""
+    env: dict[str, str] = {}
+    match = re.search(r"Build settings:(.*)", text)
+    for item in (match[1] if match else "").split(", "):
+        key, _, value = item.strip().partition("=")
+        if key in ("USE_CUDA", "USE_MKLDNN", "USE_MPI", "USE_OPENMP"):  # USE_NCCL, USE_CUDNN follow USE_CUDA
+            env[key] = value.strip()
+        elif key == "BLAS_INFO":
+            env["BLAS"] = _BLAS.get(value.strip(), value.strip())
+    abi = re.search(r"_GLIBCXX_USE_CXX11_ABI=(True|False)", text)
+    return env, (abi[1] == "True") if abi else None
 
 
 def acl_version(text: str) -> str | None:

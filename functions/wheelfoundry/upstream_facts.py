@@ -65,13 +65,14 @@ class UpstreamFacts:
     cpu_env: dict[str, str] = field(default_factory=dict)  # x86_64 CPU wheel (build_cpu.sh)
     aarch64_env: dict[str, str] = field(default_factory=dict)  # aarch64 CPU wheel build variables
     nvcc_flags_seen: str | None = None
+    cxx11_abi: bool | None = None
     manylinux: str | None = None
     acl: str | None = None
     openblas: str | None = None
     provenance: dict[str, str] = field(default_factory=dict)
 
     def merge(self, other: UpstreamFacts) -> None:
-        for name in ("python", "cuda", "nvcc_flags_seen", "manylinux", "acl", "openblas"):
+        for name in ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(other, name))
         for name in ("arch_lists", "requirements", "env", "cpu_env", "aarch64_env", "provenance"):
@@ -115,6 +116,10 @@ def read_files(root: Path, release: Release, provenance: dict[str, str]) -> Upst
             facts.provenance["arch_list"] = cite["build_strings"]
         facts.nvcc_flags_seen = text
         facts.provenance["env"] = cite["build_strings"]
+    if (text := files.text("torch_config")) is not None:
+        config_env, facts.cxx11_abi = upstream.torch_config(text)
+        facts.cpu_env.update(config_env)
+        facts.provenance.update(cpu_env=cite["torch_config"], cxx11_abi=cite["torch_config"])
     if (text := files.text("build_cpu")) is not None:
         exports = upstream.cuda_exports(text, "cpu")
         facts.cpu_env = {k: v for k, v in exports.items() if k not in INFORMATIONAL}
@@ -142,6 +147,7 @@ def read_facts_toml(path: Path) -> UpstreamFacts:
         arch_lists=dict(raw.get("arch_lists", {})),
         requirements={k: tuple(v) for k, v in raw.get("requirements", {}).items()},
         env={k: dict(v) for k, v in raw.get("env", {}).items()},
+        cxx11_abi=raw.get("cxx11_abi"),
         cpu_env=dict(raw.get("cpu_env", {})),
         aarch64_env=dict(raw.get("aarch64_env", {})),
         nvcc_flags_seen=raw.get("nvcc_flags_seen"),
@@ -169,7 +175,7 @@ def facts_toml(facts: UpstreamFacts) -> str:
     lines.append("[provenance]")
     lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(facts.provenance.items())]
     lines.append("[facts]")
-    for name in ("python", "cuda", "nvcc_flags_seen", "manylinux", "acl", "openblas"):
+    for name in ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas"):
         value = getattr(facts, name)
         if value is not None:
             lines.append(f"{name} = {_toml_value(value)}")
