@@ -42,6 +42,7 @@ PAIRS = [
     ("target", model.TargetSpec),
     ("options", model.Options),
     ("package", model.PackageSpec),
+    ("image", model.RuntimeImage),
 ]
 
 
@@ -57,12 +58,15 @@ def test_extension_source_fields() -> None:
     assert props == {f.name for f in dataclasses.fields(model.ExtensionSource)}
 
 
-@pytest.mark.parametrize(("definition", "cls"), [("target", model.TargetSpec), ("options", model.Options)])
+@pytest.mark.parametrize(
+    ("definition", "cls"), [("target", model.TargetSpec), ("options", model.Options), ("image", model.RuntimeImage)]
+)
 def test_same_defaults(definition: str, cls: type) -> None:
     props = _object_properties(_defs(definition))
     for f in dataclasses.fields(cls):
         if "default" in props[f.name]:
-            assert f.default == props[f.name]["default"], f.name
+            default = props[f.name]["default"]
+            assert f.default == (tuple(default) if isinstance(default, list) else default), f.name
 
 
 def _literal_values(cls: type, name: str) -> set[Any]:
@@ -82,6 +86,7 @@ def _literal_values(cls: type, name: str) -> set[Any]:
         (model.ExtensionRequest, "platforms", ("extension", "platforms")),
         (model.ExtensionRequest, "torch_index", ("extension", "torch_index")),
         (model.ExtensionRequest, "layout", ("extension", "layout")),
+        (model.RuntimeImage, "base", ("image", "base")),
     ],
 )
 def test_enums_match_literals(cls: type, field: str, path: tuple[str, str]) -> None:

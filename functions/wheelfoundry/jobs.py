@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from wheelfoundry.model import Options, Request
+
+if TYPE_CHECKING:
+    from wheelfoundry.image_jobs import ImageJob
 
 JOB_SCHEMA = 2  # 2: extension jobs carry cells
 VersionScheme = Literal["fixed", "nightly", "git"]
@@ -161,19 +164,21 @@ class Plan:
     jobs: tuple[Job, ...]
     notes: tuple[str, ...]
     channel: str
+    images: tuple[ImageJob, ...] = ()  # runtime images built after PublishIndex (wheelfoundry.image_jobs)
 
     @property
     def hours(self) -> float:
-        return round(sum(j.estimate.hours for j in self.jobs), 2)
+        return round(sum(j.estimate.hours for j in self.jobs) + sum(i.estimate.hours for i in self.images), 2)
 
     @property
     def usd(self) -> float:
-        return round(sum(j.estimate.usd for j in self.jobs), 2)
+        return round(sum(j.estimate.usd for j in self.jobs) + sum(i.estimate.usd for i in self.images), 2)
 
     def summary(self) -> dict[str, Any]:
         return {
             "channel": self.channel,
             "jobs": [j.id for j in self.jobs],
+            "images": [i.id for i in self.images],
             "estimated_instance_hours": self.hours,
             "estimated_usd": self.usd,
             "notes": list(self.notes),

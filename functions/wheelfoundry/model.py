@@ -41,6 +41,33 @@ class Options:
 
 
 @dataclass(frozen=True)
+class ImageWheel:
+    """A wheel for a runtime image: a project from this run's channel, or a channel of the index."""
+
+    package: str
+    version: str | None = None  # None: the newest matching wheel in the channel (this run's build)
+    channel: str | None = None  # None: the run's channel
+
+
+@dataclass(frozen=True)
+class RuntimeImage:
+    """``image``: runtime images built from the run's wheels (wheelfoundry.images)."""
+
+    base: Literal["auto", "slim", "cuda"] = "auto"
+    python: tuple[str, ...] | None = None  # None: every Python of the run
+    cuda: tuple[str, ...] | None = None  # None: every variant of the run ("cpu" or a CUDA version)
+    wheels: tuple[ImageWheel, ...] | None = None  # None: every package the run builds
+    pip: tuple[str, ...] = ()
+    uid: int = 1000
+    gid: int = 1000
+    user: str = "wf"
+    tz: str = "UTC"
+    gpu_cc: str | None = None  # TORCH_CUDA_ARCH_LIST, normalized ("8.0;8.6"); arch_list is its other spelling
+    arch_list: str | None = None
+    tag: str = "{run}-torch{torch}-{variant}-py{python}"
+
+
+@dataclass(frozen=True)
 class BuildRequest:
     """``framework: pytorch``: torch and its domain libraries."""
 
@@ -51,6 +78,7 @@ class BuildRequest:
     options: Options
     channel: str
     framework: Literal["pytorch"] = "pytorch"
+    image: RuntimeImage | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,7 @@ class ExtensionRequest:
     require_all_cells: bool
     channel: str
     framework: Literal["extension"] = "extension"
+    image: RuntimeImage | None = None
 
 
 Request = BuildRequest | ExtensionRequest

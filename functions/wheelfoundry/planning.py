@@ -13,6 +13,8 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
+from wheelfoundry.image_jobs import guardrail_issues as image_guardrail_issues
+from wheelfoundry.image_jobs import plan_images
 from wheelfoundry.jobs import ImageSpec, Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
 from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Request, TargetSpec
 from wheelfoundry.resolve import Resolved, python_for, resolve_version
@@ -186,7 +188,8 @@ def plan_request(
         for job in jobs
         if job.executor == "codebuild"
     ]
-    issues = guardrail_issues(jobs, config)
+    images = plan_images(request, jobs, config)
+    issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
     if issues:
         raise GuardrailExceeded(issues)
-    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel)
+    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images)

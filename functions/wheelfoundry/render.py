@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from wheelfoundry.image_jobs import ImageJob
 from wheelfoundry.jobs import Job, Plan
 
 HEADERS = ("JOB", "TARGET", "RUNS ON", "PACKAGES", "PYTHON", "HOURS", "USD")
@@ -46,8 +47,40 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[list[str]]]) -> str:
     return "\n".join(lines)
 
 
+IMAGE_HEADERS = ("IMAGE JOB", "FROM", "RUNS ON", "WHEELS", "TAG", "HOURS", "USD")
+
+
+def _image_cells(image: ImageJob) -> tuple[list[str], ...]:
+    wheels = [
+        w.package + (f"=={w.version}" if w.version else "") + (f" [{w.channel}]" if w.channel else "")
+        for w in image.wheels
+    ] + list(image.pip)
+    return (
+        [image.id],
+        [image.recipe, image.base],
+        ["codebuild", image.compute_type, "privileged"],
+        wheels,
+        [image.tag],
+        [f"{image.estimate.hours:.2f}"],
+        [f"{image.estimate.usd:.2f}"],
+    )
+
+
+def render_images(plan: Plan) -> list[str]:
+    if not plan.images:
+        return []
+    first = plan.images[0]
+    arch = f", TORCH_CUDA_ARCH_LIST={first.arch_list}" if first.arch_list else ""
+    return [
+        "\n" + table(IMAGE_HEADERS, [_image_cells(i) for i in plan.images]),
+        f"\n{len(plan.images)} image job(s) after PublishIndex: user {first.user} ({first.uid}:{first.gid}), "
+        f"TZ={first.tz}{arch}; wheels installed with pip --require-hashes (sha256 from the index)",
+    ]
+
+
 def render_plan(plan: Plan, explain: bool = False) -> str:
     out = [table(HEADERS, [_cells(job) for job in plan.jobs])]
+    out += render_images(plan)
     executors = sorted({job.executor for job in plan.jobs})
     out.append(
         f"\n{len(plan.jobs)} job(s) -> channel '{plan.channel}' on {' and '.join(executors) or 'nothing'}; "

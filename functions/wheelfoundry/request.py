@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-from wheelfoundry import semantics
+from wheelfoundry import images, semantics
 from wheelfoundry.catalog import Catalog, load_catalog
 from wheelfoundry.config import FarmConfig, load_config
 from wheelfoundry.errors import Issue, RequestInvalid
@@ -225,10 +225,24 @@ def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig |
     filled = _fill_defaults(filled, schema["$defs"][branch], schema)
     bad_paths = {issue.path for issue in issues}
     issues += semantics.check(filled, catalog, config, skip=bad_paths)
+    issues += images.check(filled, catalog, bad_paths, _run_python(filled, catalog), len(filled.get("torch") or [1]))
     if issues:
         unique = {(i.path, i.message): i for i in issues}  # one mistake can trip two schema keywords
         raise RequestInvalid(unique.values())
     return _build(filled, catalog)
+
+
+def _run_python(data: Mapping[str, Any], catalog: Catalog) -> tuple[str, ...]:
+    """The Pythons a run builds, for checking ``image.python``; () when the request cannot say."""
+    try:
+        if isinstance(data.get("python"), list):
+            return tuple(p for p in data["python"] if isinstance(p, str))
+        if data.get("framework") == "extension":
+            return tuple(semantics.default_extension_python(data, catalog))
+        version = data.get("version") or catalog.newest_release().latest_patch()
+        return semantics.supported_python(version, catalog) if isinstance(version, str) else ()
+    except Exception:  # an unresolvable version or torch: reported by semantics.check
+        return ()
 
 
 def _options(data: Mapping[str, Any]) -> Options:
@@ -260,6 +274,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
             require_all_cells=data["require_all_cells"],
             options=_options(data["options"]),
             channel=data.get("channel") or "extensions",
+            image=images.parse(data.get("image")),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(
@@ -287,4 +302,5 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
         packages=packages,
         options=_options(data["options"]),
         channel=data.get("channel") or semantics.default_channel(version),
+        image=images.parse(data.get("image")),
     )
