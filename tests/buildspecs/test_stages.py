@@ -114,24 +114,26 @@ def test_mpi_follows_the_request() -> None:
 
 
 def test_extension_stages() -> None:
-    job = jobs("extension")["wf-example-ops-torch2.13.0-cuda12.6-x86_64"]
-    names = [s.name for s in render_stages(job)]
-    assert names == [
-        "checkout-wf-example-ops",
-        "env-3.11",
-        "build-wf-example-ops-3.11",
-        "repair-wf-example-ops-3.11",
-        "smoke-wf-example-ops-3.11",
-        "manifest",
-    ]
-    env_stage = _stage(job, "env-3.11")
+    job = jobs("extension")["wf-example-ops-cuda12.6-x86_64"]
+    cells = ["torch2.6.0-cp311-cuda12.6-x86_64", "torch2.13.0-cp311-cuda12.6-x86_64"]
+    stages = render_stages(job)
+    per_cell = [f"{step}-{cell}" for cell in cells for step in ("env", "build", "repair", "smoke")]
+    assert [s.name for s in stages] == ["checkout-wf-example-ops", *per_cell, "manifest"]
+    assert [s.group for s in stages] == [None, *[c for c in cells for _ in range(4)], None]
+    cell = cells[1]
+    env_stage = _stage(job, f"env-{cell}")
     assert _args(env_stage, "--torch") == ["torch==2.13.0"]
     assert _args(env_stage, "--index-url") == ["https://download.pytorch.org/whl/cu126"]
-    assert _stage(job, "build-wf-example-ops-3.11").env["WF_SRC_DIR"] == "/work/src/wf-example-ops/ext"
-    repair = _stage(job, "repair-wf-example-ops-3.11")
+    build = _stage(job, f"build-{cell}")
+    assert build.env["WF_SRC_DIR"] == "/work/src/wf-example-ops/ext"
+    assert build.env["WF_BUILD_COPY"] == f"/work/cells/{cell}"  # cells never share a build tree
+    assert build.env["WF_OUT_DIR"] == "/work/dist/raw/wf-example-ops/cp311/torch2.13.0"
+    repair = _stage(job, f"repair-{cell}")
     assert {"libtorch*.so*", "libc10*.so*", "libcudart.so*"} <= set(_args(repair, "--exclude"))
-    assert _args(repair, "--local-label") == ["pt213cu126"]
-    assert _args(_stage(job, "smoke-wf-example-ops-3.11"), "--base-env") == ["/work/envs/cp311"]
+    assert "--slim" in repair.argv and _args(repair, "--local-label") == ["pt213cu126"]
+    smoke = _stage(job, f"smoke-{cell}")
+    assert _args(smoke, "--base-env") == ["/work/envs/cp311-torch2.13.0"]
+    assert _args(smoke, "--work-dir") == [f"/work/smoke/{cell}"]
 
 
 def test_host_paths_are_rendered_for_host_mode() -> None:
