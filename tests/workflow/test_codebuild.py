@@ -275,3 +275,19 @@ def test_an_aborted_execution_has_its_build_stopped_by_the_reaper(
     assert aws.wait_execution(arn, timeout=10).status == "ABORTED"
     reaper = [d for d in aws.events.deliveries() if d.rule == stack.rule_name("ReaperFunctionExecutionEnded")]
     assert any(d.result.get("stopped") == [build.id] for d in reaper)
+
+
+class TestShortHeartbeat:
+    @pytest.fixture
+    def parameters(self) -> dict[str, Any]:
+        return {"BuildHeartbeatSeconds": "6"}
+
+    def test_a_silent_build_times_out_on_its_heartbeat_and_is_stopped(
+        self, aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        on_codebuild(monkeypatch)
+        stub_bundle(aws, stack, {"build": ["sleep 120"]})  # never heartbeats, never calls back
+        result = run(aws, stack, a_request(aws, stack), timeout=60)
+        assert result.status == "FAILED" and "States.HeartbeatTimeout" in (result.cause or "")
+        (build,) = builds(aws)
+        assert build.status == "STOPPED"  # by StopBuildAfterFailure
