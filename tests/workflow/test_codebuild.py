@@ -216,6 +216,8 @@ def test_an_error_at_each_codebuild_task_state_leaves_no_build_running(
         30,
         f"the build stopped: {[(b.status, b.phases) for b in builds(aws)]}",
     )
+    if function == "CollectFunction":  # stopped by the Catch's StopBuildAfterFailure, not left to the reaper
+        assert aws.invocations.of("StopBuildFunction")[-1].result["stopped"] == [build.id]
     if function == "StopBuildFunction":
         reaped = [d for d in aws.events.deliveries() if isinstance(d.result, dict) and d.result.get("stopped")]
         assert reaped and reaped[0].result["stopped"] == [build.id]
