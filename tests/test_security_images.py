@@ -51,7 +51,7 @@ def test_bump_procedure_rewrites_lock_and_dockerfiles(tmp_path: Path) -> None:
     images = tmp_path / "images"
     shutil.copytree(IMAGES, images, ignore=shutil.ignore_patterns("scripts", "__pycache__"))
     lock = images / "base-images.lock"
-    new = {ref: "sha256:" + hexdigit * 64 for hexdigit, ref in zip("ab", bump.load(lock), strict=True)}
+    new = {ref: "sha256:" + hexdigit * 64 for hexdigit, ref in zip("abde", bump.load(lock), strict=True)}
     bump.bump([], resolver=new.__getitem__, images=images, lock=lock)
     assert bump.load(lock) == new
     assert bump.check(images, lock) == []

@@ -19,6 +19,10 @@ LOCK = HERE / "base-images.lock"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]{1,128})?$")
 DEFAULT = re.compile(r"^ARG BASE_IMAGE(=(?P<value>\S+))?$", re.MULTILINE)
+# Runtime images (runtime/*.Dockerfile) are multi-stage: every ARG <NAME>_IMAGE default is pinned and
+# every FROM names such an ARG or an earlier stage.
+IMAGE_ARG = re.compile(r"^ARG (?P<name>[A-Z_]*IMAGE)=(?P<value>\S+)$", re.MULTILINE)
+STAGE = re.compile(r"^FROM\s+(?P<image>\S+)(?:\s+AS\s+(?P<name>\S+))?", re.MULTILINE | re.IGNORECASE)
 Resolver = Callable[[str], str]
 
 
@@ -50,9 +54,28 @@ def resolve(ref: str, lock: Path = LOCK) -> str:
     return pinned
 
 
+def runtime_problems(dockerfile: Path, pins: dict[str, str]) -> list[str]:
+    text, problems = dockerfile.read_text(encoding="utf-8"), []
+    args = {m["name"]: m["value"] for m in IMAGE_ARG.finditer(text)}
+    for name, value in args.items():
+        base, _, digest = value.partition("@")
+        if pins.get(base) != digest:
+            problems.append(f"runtime/{dockerfile.name}: {name} default {value} is not {base}@{pins.get(base)}")
+    stages: set[str] = set()
+    for match in STAGE.finditer(text):
+        image = match["image"]
+        if image not in stages and image.removeprefix("${").removesuffix("}") not in args:
+            problems.append(f"runtime/{dockerfile.name}: FROM {image} is neither a pinned image ARG nor a stage")
+        if match["name"]:
+            stages.add(match["name"])
+    return problems
+
+
 def check(images: Path = HERE, lock: Path = LOCK) -> list[str]:
     """Problems with the Dockerfiles' pins: FROM must be ${BASE_IMAGE}, and a default must be pinned."""
     pins, problems = load(lock), []
+    for dockerfile in sorted(images.glob("runtime/*.Dockerfile")):
+        problems += runtime_problems(dockerfile, pins)
     for dockerfile in sorted(images.glob("*.Dockerfile")):
         text = dockerfile.read_text(encoding="utf-8")
         froms = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
@@ -97,14 +120,13 @@ def bump(
     header = [line for line in lock.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
     body = [f"{ref}  {digest}" for ref, digest in sorted(pins.items())]
     lock.write_text("\n".join(header + body) + "\n", encoding="utf-8")
-    for dockerfile in sorted(images.glob("*.Dockerfile")):
+    for dockerfile in sorted([*images.glob("*.Dockerfile"), *images.glob("runtime/*.Dockerfile")]):
         text = dockerfile.read_text(encoding="utf-8")
-        default = DEFAULT.search(text)
-        if default and default.group("value"):
-            base = default.group("value").split("@", 1)[0]
+        for default in IMAGE_ARG.finditer(text):
+            base = default["value"].split("@", 1)[0]
             if base in pins:
-                text = text.replace(default.group(0), f"ARG BASE_IMAGE={base}@{pins[base]}")
-                dockerfile.write_text(text, encoding="utf-8")
+                text = text.replace(default.group(0), f"ARG {default['name']}={base}@{pins[base]}")
+        dockerfile.write_text(text, encoding="utf-8")
     return pins
 
 
