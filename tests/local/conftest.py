@@ -46,6 +46,7 @@ def _no_instance_left(request: pytest.FixtureRequest) -> Iterator[None]:
     session = request.getfixturevalue("embedded_aws") if "aws" in request.fixturenames else None
     yield
     if session is not None:
-        from wheelfoundry_local.testing import assert_no_instances
+        from wheelfoundry_local.testing import assert_no_builds, assert_no_instances
 
         assert_no_instances(session)
+        assert_no_builds(session)

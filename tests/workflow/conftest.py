@@ -13,7 +13,7 @@ import pytest
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.demo import pack_source
 from wheelfoundry_local.session import ExecutionResult
-from wheelfoundry_local.testing import assert_no_instances, aws, embedded_aws  # noqa: F401
+from wheelfoundry_local.testing import assert_no_builds, assert_no_instances, aws, embedded_aws  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
@@ -31,6 +31,7 @@ def stack(aws: EmbeddedAws, parameters: dict[str, Any]) -> Iterator[DeployedStac
     yield aws.deploy(ROOT / "template.yaml", parameters)
     # The rule: after every test, nothing pending or running in the emulator.
     assert_no_instances(aws)
+    assert_no_builds(aws)
 
 
 def source(tmp_path: Path, change: dict[str, str] | None = None) -> Path:
