@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_local_commands(sub)
+    try:
+        from wheelfoundry_user.commands import add_user_commands
+    except ImportError:  # the Lambda bundle has no user commands (cli/wheelfoundry_user)
+        pass
+    else:
+        add_user_commands(sub, index_sub)
     return parser
 
 

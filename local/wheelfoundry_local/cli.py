@@ -50,6 +50,32 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
 
+def _up(args: argparse.Namespace) -> int:
+    _quiet_handlers()
+    from .up import UpError, run_up
+
+    try:
+        return run_up(
+            ROOT,
+            Path(args.state_dir).resolve(),
+            Path(args.request),
+            None if args.no_source else Path(args.source),
+        )
+    except UpError as exc:
+        print(f"wheelfoundry local up: {exc}")
+        return 1
+
+
+def _down(args: argparse.Namespace) -> int:
+    from .up import UpError, run_down
+
+    try:
+        return run_down(Path(args.state_dir).resolve())
+    except UpError as exc:
+        print(f"wheelfoundry local down: {exc}")
+        return 1
+
+
 def add_local_commands(sub: Any) -> None:
     local = sub.add_parser("local", help="run WheelFoundry in the embedded AWS on this machine")
     local_sub = local.add_subparsers(dest="local_command", required=True)
@@ -69,3 +95,18 @@ def add_local_commands(sub: Any) -> None:
     run.add_argument("--dist", default="dist", help="where the built wheels are copied")
     run.add_argument("--timeout", type=float, default=3600)
     run.set_defaults(func=_run)
+    up = local_sub.add_parser(
+        "up", help="deploy the stack into the embedded AWS and serve it on 127.0.0.1 until Ctrl-C or `local down`"
+    )
+    up.add_argument("--state-dir", default=".wf-local", help="instances' work roots, logs, up.json")
+    up.add_argument(
+        "--request",
+        default=str(ROOT / "examples/requests/extension-demo.json"),
+        help="a request whose source.s3 URI gets --source (default: the demo request)",
+    )
+    up.add_argument("--source", default=str(ROOT / "examples/extension"), help="the source folder to upload there")
+    up.add_argument("--no-source", action="store_true", help="upload nothing")
+    up.set_defaults(func=_up)
+    down = local_sub.add_parser("down", help="stop the `local up` of this state dir")
+    down.add_argument("--state-dir", default=".wf-local")
+    down.set_defaults(func=_down)

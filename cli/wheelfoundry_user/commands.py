@@ -1,0 +1,228 @@
+"""argparse wiring of the user's commands (`wheelfoundry start|status|runs|logs|fetch|cancel|index list`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from wheelfoundry_user import EXIT_FAILED, EXIT_OK, NotFound, NotReady, UserError
+from wheelfoundry_user.farm import Farm, aws_problem, default_stack
+from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
+from wheelfoundry_user.tables import table
+from wheelfoundry_user.wheels import channels, download, indexed, run_wheels
+
+
+def _farm(args: argparse.Namespace) -> Farm:
+    return Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+
+
+def _start(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.cli_request import load_source
+    from wheelfoundry.config import load_config
+    from wheelfoundry.planning import plan_request
+    from wheelfoundry.request import parse_request
+
+    raw = load_source(args.request)  # RequestInvalid: exit 2, every problem printed (wheelfoundry.cli)
+    catalog, config = load_catalog(), load_config()
+    plan = plan_request(parse_request(raw, catalog, config), catalog, config)
+    farm = _farm(args)
+    name = args.name or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    try:
+        started = farm.client("stepfunctions").start_execution(
+            stateMachineArn=farm.state_machine_arn, name=name, input=json.dumps(raw)
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise aws_problem(exc) from None
+    summary = plan.summary()
+    data = {"run": name, "execution_arn": started["executionArn"], **summary}
+    text = (
+        f"{name}\nstarted: {len(plan.jobs)} job(s), estimated {summary.get('estimated_usd')} USD; "
+        f"`wheelfoundry status {name} --watch` follows it"
+    )
+    _emit(args, data, text)
+    return EXIT_OK
+
+
+def _outcome(status: str) -> int:
+    return EXIT_OK if status in ("RUNNING", "SUCCEEDED") else EXIT_FAILED
+
+
+def _status(args: argparse.Namespace) -> int:
+    farm = _farm(args)
+    run = args.run
+    if run is None:
+        recent = farm.executions(1)
+        if not recent:
+            raise NotFound(f"no runs yet in stack {farm.stack!r}")
+        run = recent[0]["name"]
+    while True:
+        status = run_status(farm, run)
+        if args.json:
+            print(json.dumps(status, indent=2, default=str), flush=True)
+        else:
+            if args.watch and sys.stdout.isatty():
+                print("\033[H\033[J", end="")
+            print(render_status(status) + ("\n" if args.watch else ""), flush=True)
+        if not args.watch or status["status"] in ENDED:
+            return _outcome(status["status"])
+        time.sleep(args.interval)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    runs = runs_list(_farm(args), args.limit)
+    _emit(args, runs, render_runs(runs))
+    return EXIT_OK
+
+
+def _logs(args: argparse.Namespace) -> int:
+    farm = _farm(args)
+    described = farm.describe(args.run)
+    name = described["name"]
+    key = f"runs/{name}/jobs/{args.job}/build.log"
+    while True:
+        body = farm.get(key)
+        if body is not None:
+            sys.stdout.write(body.decode(errors="replace"))
+            return EXIT_OK
+        if farm.get(f"runs/{name}/jobs/{args.job}/job.json") is None:
+            jobs = (farm.get_json(f"runs/{name}/plan.json") or {}).get("jobs", [])
+            raise NotFound(f"no job {args.job!r} in run {name} (jobs: {', '.join(jobs) or 'none yet'})")
+        ended = farm.describe(name)["status"] in ENDED or farm.get(f"runs/{name}/jobs/{args.job}/result.json")
+        if not args.follow or ended:
+            raise NotReady(
+                f"job {args.job} has no build.log yet: the runner uploads it when the build ends"
+                + ("" if args.follow else "; --follow waits for it")
+                + (" (it ended without one)" if ended else "")
+            )
+        time.sleep(args.interval)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    farm = _farm(args)
+    target = args.target
+    is_channel = target in channels(farm) and not target.startswith("arn:")
+    wheels = indexed(farm, target, args.package) if is_channel else run_wheels(farm, target, args.package)
+    fetched = [download(farm, w, Path(args.dest)) for w in wheels]
+    rows = [(f["filename"], f"{f['size'] / 1024:.1f} KiB", f["sha256"][:16] + "...", "ok") for f in fetched]
+    _emit(args, fetched, table(("WHEEL", "SIZE", "SHA256", "CHECKED"), rows) + f"\n-> {args.dest}")
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    farm = _farm(args)
+    described = farm.describe(args.run)
+    if described["status"] == "RUNNING":
+        try:
+            farm.client("stepfunctions").stop_execution(
+                executionArn=described["executionArn"], error="Cancelled", cause="wheelfoundry cancel"
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise aws_problem(exc) from None
+    deadline = time.monotonic() + args.wait
+    while True:
+        instances = farm.instances(described["executionArn"])
+        alive = [i for i in instances if i["State"]["Name"] in ("pending", "running", "stopping", "stopped")]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    status = farm.describe(described["name"])["status"]
+    data = {
+        "run": described["name"],
+        "status": status,
+        "instances": [{"id": i["InstanceId"], "state": i["State"]["Name"]} for i in instances],
+        "left_running": [i["InstanceId"] for i in alive],
+    }
+    lines = [f"run {described['name']}: {status}"]
+    lines += [f"  instance {i['id']}: {i['state']}" for i in data["instances"]] or ["  no instance was launched"]
+    if alive:
+        lines.append(f"still alive after {args.wait:.0f}s: {', '.join(data['left_running'])} (the reapers retry)")
+    _emit(args, data, "\n".join(lines))
+    return EXIT_FAILED if alive else EXIT_OK
+
+
+def _index_list(args: argparse.Namespace) -> int:
+    farm = _farm(args)
+    if args.channel is None:
+        names = channels(farm)
+        _emit(args, names, "\n".join(names) if names else "no channel published yet")
+        return EXIT_OK
+    wheels = indexed(farm, args.channel)
+    data = [{"project": w.project, "filename": w.filename, "sha256": w.sha256} for w in wheels]
+    _emit(args, data, table(("PROJECT", "WHEEL", "SHA256"), [(w.project, w.filename, w.sha256) for w in wheels]))
+    return EXIT_OK
+
+
+def _guard(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            code: int = func(args)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        return code
+
+    return run
+
+
+def _common(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    parser.add_argument("--stack", default=default_stack(), help="the stack's name (default: %(default)s)")
+    parser.add_argument("--endpoint-url", help="e.g. `wheelfoundry local up`'s (or $WHEELFOUNDRY_ENDPOINT_URL)")
+    parser.add_argument("--region", help="default: boto3's (AWS_REGION, the profile)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_user_commands(sub: Any, index_sub: Any) -> None:
+    """Register the commands on `wheelfoundry`'s subparsers (and `list` on its `index` group)."""
+    start = sub.add_parser("start", help="validate a request here, then start a run on the stack; prints its name")
+    start.add_argument("request", help="a request JSON file or a preset name")
+    start.add_argument("--name", help="the run's name (default: time + random)")
+    _common(start)
+    start.set_defaults(func=_guard(_start))
+    status = sub.add_parser("status", help="a run's jobs: executor, state, stage, elapsed, estimated vs actual cost")
+    status.add_argument("run", nargs="?", help="run name or execution ARN (default: the newest run)")
+    status.add_argument("--watch", action="store_true", help="refresh until the run ends")
+    status.add_argument("--interval", type=float, default=5.0)
+    _common(status)
+    status.set_defaults(func=_guard(_status))
+    runs = sub.add_parser("runs", help="recent runs with their outcome")
+    runs.add_argument("--limit", type=int, default=20)
+    _common(runs)
+    runs.set_defaults(func=_guard(_runs))
+    logs = sub.add_parser("logs", help="a job's build log")
+    logs.add_argument("run")
+    logs.add_argument("job")
+    logs.add_argument("--follow", action="store_true", help="wait for the log if the job is still building")
+    logs.add_argument("--interval", type=float, default=5.0)
+    _common(logs, json_flag=False)
+    logs.set_defaults(func=_guard(_logs))
+    fetch = sub.add_parser("fetch", help="download a run's or a channel's wheels; sha256 checked against the index")
+    fetch.add_argument("target", metavar="RUN|CHANNEL")
+    fetch.add_argument("package", nargs="?")
+    fetch.add_argument("--dest", required=True)
+    _common(fetch)
+    fetch.set_defaults(func=_guard(_fetch))
+    cancel = sub.add_parser("cancel", help="stop a run; then show that its instances were terminated")
+    cancel.add_argument("run")
+    cancel.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the reaper")
+    _common(cancel)
+    cancel.set_defaults(func=_guard(_cancel))
+    listing = index_sub.add_parser("list", help="the index's channels, or a channel's wheels")
+    listing.add_argument("channel", nargs="?")
+    _common(listing)
+    listing.set_defaults(func=_guard(_index_list))

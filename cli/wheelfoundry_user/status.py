@@ -1,0 +1,197 @@
+"""A run's jobs as the bucket, EC2 and CodeBuild describe them: state, stage, elapsed, cost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.tables import duration, table, usd
+
+ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+def _objects(farm: Farm, prefix: str) -> dict[str, datetime]:
+    s3, found = farm.client("s3"), {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=farm.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            found[obj["Key"][len(prefix) :]] = obj["LastModified"]
+    return found
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _codebuild_phase(farm: Farm, build_id: str) -> tuple[str, str, float | None]:
+    """(state, stage, start) of a CodeBuild build."""
+    try:
+        builds = farm.client("codebuild").batch_get_builds(ids=[build_id]).get("builds", [])
+    except Exception:  # a status view must show what it can; the build id is still printed
+        return "running", "build (CodeBuild)", None
+    if not builds:
+        return "running", "build (CodeBuild)", None
+    build = builds[0]
+    status = str(build.get("buildStatus", "IN_PROGRESS"))
+    phase = str(build.get("currentPhase", "")).lower()
+    state = "running" if status == "IN_PROGRESS" else status.lower()
+    return state, f"build: {phase}" if phase else "build", _epoch(build.get("startTime"))
+
+
+def job_row(
+    farm: Farm, run: str, job_id: str, stopped: float | None, instances: list[dict[str, Any]]
+) -> dict[str, Any]:
+    running = stopped is None
+    prefix = f"runs/{run}/jobs/{job_id}/"
+    objects = _objects(farm, prefix)
+    contract = farm.get_json(prefix + "job.json") or {}
+    executor = contract.get("executor", "ec2")
+    estimate = contract.get("estimate") or {}
+    start: float | None = None
+    end: float | None = None
+    detail = ""
+    if executor == "codebuild":
+        build = farm.get_json(prefix + "build.json") if "build.json" in objects else None
+        if build:
+            state, stage, start = _codebuild_phase(farm, build["build_id"])
+            start = start or _epoch(build.get("started_at"))
+            detail = build["build_id"]
+        else:
+            state, stage = ("pending", "start build") if running else ("not started", "-")
+    else:
+        mine = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id]
+        if mine:
+            newest = max(mine, key=lambda i: i.get("LaunchTime") or datetime.min.replace(tzinfo=UTC))
+            start = _epoch(newest.get("LaunchTime"))
+            state = newest["State"]["Name"]
+            stage = {"pending": "launch / await agent", "running": "build"}.get(state, "ended")
+            detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
+        else:
+            state, stage = ("pending", "launch") if running else ("not started", "-")
+    if "manifest.json" in objects and "result.json" not in objects:
+        stage = "collect"
+    if "result.json" in objects:
+        result = farm.get_json(prefix + "result.json") or {}
+        state, stage = str(result.get("status", "ended")), "done"
+        end = objects["result.json"].timestamp()
+        if result.get("error"):
+            detail = f"{result['error']}: {str(result.get('cause') or '')[:120]}"
+    elif not running or stage == "ended":
+        end = stopped
+    elapsed = None if start is None else (end or datetime.now(UTC).timestamp()) - start
+    rate = (estimate.get("usd") or 0) / estimate["hours"] if estimate.get("hours") else None
+    actual = None if elapsed is None or rate is None else rate * elapsed / 3600
+    return {
+        "job": job_id,
+        "executor": executor,
+        "state": state,
+        "stage": stage,
+        "elapsed_seconds": None if elapsed is None else round(elapsed, 1),
+        "estimated_usd": estimate.get("usd"),
+        "actual_usd": None if actual is None else round(actual, 4),
+        "detail": detail,
+    }
+
+
+def run_status(farm: Farm, run: str) -> dict[str, Any]:
+    described = farm.describe(run)
+    name, status = described["name"], described["status"]
+    started = _epoch(described.get("startDate"))
+    stopped = _epoch(described.get("stopDate"))
+    plan = farm.get_json(f"runs/{name}/plan.json") or {}
+    running = status == "RUNNING"
+    instances = farm.instances(described["executionArn"]) if plan.get("jobs") else []
+    jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in plan.get("jobs", [])]
+    report = farm.get_json(f"runs/{name}/report.json") if not running else None
+    return {
+        "run": name,
+        "execution_arn": described["executionArn"],
+        "status": status,
+        "elapsed_seconds": None if started is None else round((stopped or datetime.now(UTC).timestamp()) - started, 1),
+        "channel": plan.get("channel"),
+        "estimated_usd": plan.get("estimated_usd"),
+        "actual_usd": round(sum(j["actual_usd"] or 0 for j in jobs), 4) if jobs else None,
+        "jobs": jobs,
+        "error": described.get("error"),
+        "cause": described.get("cause"),
+        "report": report,
+    }
+
+
+def render_status(status: dict[str, Any]) -> str:
+    jobs = status["jobs"]
+    done = sum(1 for j in jobs if j["stage"] == "done")
+    head = (
+        f"run {status['run']}: {status['status']}, {done}/{len(jobs)} jobs done, "
+        f"elapsed {duration(status['elapsed_seconds'])}, estimated {usd(status['estimated_usd'])}, "
+        f"so far ~{usd(status['actual_usd'])}" + (f", channel {status['channel']}" if status.get("channel") else "")
+    )
+    lines = [head]
+    if jobs:
+        rows = [
+            (
+                j["job"],
+                j["executor"],
+                j["state"],
+                j["stage"],
+                duration(j["elapsed_seconds"]),
+                usd(j["estimated_usd"]),
+                "~" + usd(j["actual_usd"]),
+                j["detail"],
+            )
+            for j in jobs
+        ]
+        lines.append(table(("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST.", "ACTUAL", "DETAIL"), rows))
+    elif status["status"] == "RUNNING":
+        lines.append("(validating the request: no jobs yet)")
+    if status.get("error"):
+        lines.append(f"{status['error']}: {status.get('cause') or ''}"[:2000])
+    return "\n".join(lines)
+
+
+def runs_list(farm: Farm, limit: int) -> list[dict[str, Any]]:
+    found = []
+    for item in farm.executions(limit):
+        plan = farm.get_json(f"runs/{item['name']}/plan.json") or {}
+        started, stopped = _epoch(item.get("startDate")), _epoch(item.get("stopDate"))
+        found.append(
+            {
+                "run": item["name"],
+                "status": item["status"],
+                "started": item["startDate"].isoformat() if isinstance(item.get("startDate"), datetime) else None,
+                "elapsed_seconds": None
+                if started is None
+                else round((stopped or datetime.now(UTC).timestamp()) - started, 1),
+                "jobs": len(plan.get("jobs", [])),
+                "channel": plan.get("channel"),
+                "estimated_usd": plan.get("estimated_usd"),
+            }
+        )
+    return found
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "no runs yet (`wheelfoundry start REQUEST` starts one)"
+    rows = [
+        (
+            r["run"],
+            r["status"],
+            (r["started"] or "-")[:19].replace("T", " "),
+            duration(r["elapsed_seconds"]),
+            r["jobs"],
+            r["channel"] or "-",
+            usd(r["estimated_usd"]),
+        )
+        for r in runs
+    ]
+    return table(("RUN", "OUTCOME", "STARTED (UTC)", "ELAPSED", "JOBS", "CHANNEL", "EST."), rows)
