@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +162,17 @@ def test_the_reaper_stops_the_builds_of_an_ended_execution_and_on_the_sweep_of_a
     codebuild.stopped.clear()
     sweep = {"source": "aws.events", "detail-type": "Scheduled Event"}
     assert reap_builds(sweep, codebuild, Sfn(), ["proj-x86", "proj-arm"])["stopped"] == ["proj-x86:1", "proj-arm:1"]
+
+
+def test_the_runner_reads_the_token_from_s3_only_when_none_is_given(tmp_path: Path) -> None:
+    from wfbuild.runner import Job
+
+    s3 = S3()
+    s3.objects[f"{PREFIX}token"] = TOKEN.encode() + b"\n"
+    env = {"WF_BUCKET": "bucket", "WF_JOB_KEY": f"{PREFIX}job.json", "WF_WORK_DIR": str(tmp_path / "w")}
+    clients = {"s3": s3, "stepfunctions": Sfn()}
+    assert Job({**env, "WF_TOKEN_KEY": f"{PREFIX}token"}, clients).token == TOKEN
+    assert TOKEN not in json.dumps(Job({**env, "WF_TOKEN_KEY": f"{PREFIX}token"}, clients).environ)
+    assert Job({**env, "WF_TOKEN_KEY": f"{PREFIX}token", "WF_TASK_TOKEN": "given"}, clients).token == "given"
+    with pytest.raises(ValueError, match="cannot read the task token"):
+        Job({**env, "WF_TOKEN_KEY": "runs/r1/jobs/none/token"}, clients)
