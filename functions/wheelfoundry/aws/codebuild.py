@@ -72,8 +72,11 @@ def buildspec_from_bundle(s3: Any, bucket: str, bundle_key: str) -> str:
     body = _key_of(s3, bucket, bundle_key)
     if body is None:
         raise BuildStartFailed(f"s3://{bucket}/{bundle_key} (the run's build bundle) does not exist")
-    with zipfile.ZipFile(io.BytesIO(body)) as archive:
-        return archive.read(BUILDSPEC_IN_BUNDLE).decode("utf-8")
+    try:
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            return archive.read(BUILDSPEC_IN_BUNDLE).decode("utf-8")
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise BuildStartFailed(f"s3://{bucket}/{bundle_key} has no {BUILDSPEC_IN_BUNDLE}: {exc}") from exc
 
 
 def timeout_minutes(max_seconds: int) -> int:
