@@ -9,7 +9,8 @@ WF_CACHE_DIR and a tools Python, as the local agent sets them), then StartBuild'
 failed install or pre_build ends the build unless `on-failure: CONTINUE`; a failed build phase
 still runs post_build (CODEBUILD_BUILD_SUCCEEDING=0), as on CodeBuild. The build's timeout is
 enforced (TIMED_OUT), StopBuild kills the process group (STOPPED). Status, phases and logs are
-what BatchGetBuilds returns; `CodeBuild Build State Change` events (IN_PROGRESS and the final
+what BatchGetBuilds returns (the log also goes to the project's CloudWatch Logs group when the
+build ends); `CodeBuild Build State Change` events (IN_PROGRESS and the final
 status) reach the stack's rules.
 """
 
@@ -121,12 +122,14 @@ class LocalCodeBuild:
                 log_path=root / "build.log",
                 service_role=role,
             )
+            logs = (project.get("logsConfig") or {}).get("cloudWatchLogs") or {}
+            build.log_group = logs.get("groupName") or f"/aws/codebuild/{project_name}"
+            build.log_stream = "/".join(p for p in (logs.get("streamName"), build_id.split(":", 1)[1]) if p)
             self._builds[build_id] = build
             if token:
                 self._idempotency[token] = build_id
-            logs = (project.get("logsConfig") or {}).get("cloudWatchLogs") or {}
             build.phases.append(self._phase("SUBMITTED", "SUCCEEDED"))
-            thread = threading.Thread(target=self._run, args=(build, logs), daemon=True, name=f"wf-codebuild-{number}")
+            thread = threading.Thread(target=self._run, args=(build,), daemon=True, name=f"wf-codebuild-{number}")
             self._threads.append(thread)
         thread.start()
         return self._describe_one(build)
@@ -161,9 +164,23 @@ class LocalCodeBuild:
             return self._builds.get(key)
 
     def _describe_one(self, build: Build) -> dict[str, Any]:
-        group = f"/aws/codebuild/{build.project}"
-        logs = {"groupName": group, "streamName": build.id.split(":", 1)[1], "deepLink": build.log_path.as_uri()}
+        logs = {"groupName": build.log_group, "streamName": build.log_stream, "deepLink": build.log_path.as_uri()}
         return build.describe(logs)
+
+    def _ship_logs(self, build: Build) -> None:
+        """The build's log into its CloudWatch Logs stream (at the end, not live), as CodeBuild keeps it."""
+        import boto3
+
+        lines = build.log_path.read_text(encoding="utf-8", errors="replace").splitlines() or ["(no output)"]
+        logs = boto3.client("logs", endpoint_url=self.environment["AWS_ENDPOINT_URL"], region_name=build.region)
+        now = int(time.time() * 1000)
+        try:
+            logs.create_log_stream(logGroupName=build.log_group, logStreamName=build.log_stream)
+            for start_at in range(0, len(lines), 5000):
+                batch = [{"timestamp": now, "message": line or " "} for line in lines[start_at : start_at + 5000]]
+                logs.put_log_events(logGroupName=build.log_group, logStreamName=build.log_stream, logEvents=batch)
+        except Exception:  # no such group (a project without one): the file and deepLink still have it
+            logging.getLogger(__name__).debug("no CloudWatch Logs copy of %s", build.id, exc_info=True)
 
     # -- running a build ----------------------------------------------------------------------------
     @staticmethod
@@ -187,7 +204,7 @@ class LocalCodeBuild:
         if message:
             phase["contexts"] = [{"statusCode": status, "message": message}]
 
-    def _run(self, build: Build, logs: dict[str, Any]) -> None:
+    def _run(self, build: Build) -> None:
         self._event(build)
         build.root.mkdir(parents=True, exist_ok=True)
         with build.log_path.open("a", encoding="utf-8") as log:
@@ -203,6 +220,8 @@ class LocalCodeBuild:
             for kind in ("UPLOAD_ARTIFACTS", "FINALIZING"):
                 self._leave(self._enter(build, kind), "SUCCEEDED")
             log.write(f"[Container] Phase complete: build {status}\n")
+        if not self._closing:
+            self._ship_logs(build)
         build.current_phase = "COMPLETED"
         build.phases.append(self._phase("COMPLETED"))
         build.ended = time.time()

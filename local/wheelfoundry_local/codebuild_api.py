@@ -206,6 +206,8 @@ class Build:
     stop_requested: bool = False
     pid: int | None = None
     service_role: str = ""
+    log_group: str = ""
+    log_stream: str = ""
 
     def describe(self, logs: dict[str, Any]) -> dict[str, Any]:
         return {

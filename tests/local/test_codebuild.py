@@ -98,6 +98,11 @@ def test_phases_run_in_order_with_overrides_first_and_post_build_after_a_failed_
     assert "never" not in text.replace("Running command echo never", "")
     assert "post succeeding=0" in text
     assert build["timeoutInMinutes"] == 5 and build["logs"]["deepLink"].startswith("file://")
+    # The project's log group (the stack's, with its retention), one stream per build.
+    where = build["logs"]
+    assert where["groupName"] == "/aws/codebuild/wheelfoundry-build" and where["streamName"].startswith("x86_64/")
+    events = aws.client("logs").get_log_events(logGroupName=where["groupName"], logStreamName=where["streamName"])
+    assert any("post succeeding=0" in e["message"] for e in events["events"])
 
 
 @pytest.mark.parametrize(("on_failure", "runs_build"), [("ABORT", False), ("CONTINUE", True)])
