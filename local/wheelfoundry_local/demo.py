@@ -125,14 +125,18 @@ def install_and_test(index: str, project: str, torch_version: str, tests: Path, 
     return result.returncode
 
 
+def check_source(source: Path) -> None:
+    """Refuse, before anything starts, a --source that is neither a folder nor an sdist ``.tar.gz``."""
+    if source.is_dir():
+        return
+    if not (source.is_file() and source.name.endswith((".tar.gz", ".tgz")) and tarfile.is_tarfile(source)):
+        raise ValueError(f"--source {source}: expected a source folder or an sdist .tar.gz")
+
+
 def upload_source(aws: EmbeddedAws, stack: Any, source: Path, project: str) -> str:
     """A source folder (packed here) or an sdist ``.tar.gz`` into the stack's bucket; returns its s3:// URI."""
-    if source.is_dir():
-        body = pack_source(source, project)
-    elif source.name.endswith((".tar.gz", ".tgz")) and tarfile.is_tarfile(source):
-        body = source.read_bytes()
-    else:
-        raise ValueError(f"--source {source}: expected a source folder or an sdist .tar.gz")
+    check_source(source)
+    body = pack_source(source, project) if source.is_dir() else source.read_bytes()
     s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
     key = f"sources/{project}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
     s3.put_object(Bucket=bucket, Key=key, Body=body)
@@ -165,6 +169,7 @@ def run_demo(
 ) -> int:
     """Build ``source`` through the embedded AWS, publish, copy the wheels to ``dist``; with ``test``
     also install from the index into a fresh venv and run the source's tests (``local demo``)."""
+    check_source(source)
     request = json.loads(request_path.read_text())
     project = request["name"]
     progress = Progress()

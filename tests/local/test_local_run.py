@@ -1,0 +1,46 @@
+"""``wheelfoundry local run``: any extension source (folder or sdist) through the embedded AWS, no tests run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from wheelfoundry_local.demo import pack_source
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
+
+
+def wheelfoundry(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "wheelfoundry.cli", *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_local_run_builds_an_sdist_publishes_it_and_copies_the_wheel(tmp_path: Path) -> None:
+    sdist = tmp_path / "wf-tiny-ext-0.1.0.tar.gz"
+    sdist.write_bytes(pack_source(TINY, "wf-tiny-ext-0.1.0"))
+    request = tmp_path / "request.json"
+    body = {"framework": "extension", "name": "wf-tiny-ext", "source": {"s3": "s3://placeholder/sources/x.tar.gz"}}
+    body |= {"torch": ["2.13"], "python": ["3.11"], "torch_index": "pip", "channel": "mine"}
+    request.write_text(json.dumps(body))
+    done = wheelfoundry("local", "run", str(request), "--source", str(sdist), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert wheel.name.startswith("wf_tiny_ext-0.1.0-cp311-cp311-manylinux_")  # merged layout: no local label
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert f"{wheel.name}  {wheel.stat().st_size / 1024:.1f} KiB  sha256:{digest}" in done.stdout
+    assert "/simple/mine/" in done.stdout and "run passed" in done.stdout
+    assert "running the extension's tests" not in done.stdout  # local run never runs the source's tests
+
+
+def test_local_run_refuses_a_source_that_is_neither_folder_nor_sdist(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a source")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"framework": "extension", "name": "x", "torch": ["2.13"]}))
+    done = wheelfoundry("local", "run", str(request), "--source", str(bogus), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "expected a source folder or an sdist .tar.gz" in done.stdout and "Traceback" not in done.stderr
