@@ -1,9 +1,10 @@
 """Layers AWS publishes from its own accounts (Powertools for AWS Lambda), as moto sees them.
 
 template.yaml's functions use AWS's public Powertools layer by ARN. moto knows only layers published
-into its own backend and refuses a function whose layer it cannot find. Here a layer of AWS's
-publisher account is accepted as it is: the handlers run in-process with this venv's Powertools (the
-same major), so the layer's contents are never needed; the function's configuration still lists it.
+into its own backend and refuses a function whose layer it cannot find (and its CloudFormation model
+drops Layers altogether). Here a layer of AWS's publisher account is accepted as it is: the handlers
+run in-process with this venv's Powertools (the same major), so the layer's contents are never
+needed; the function's configuration still lists it.
 """
 
 from __future__ import annotations
@@ -33,3 +34,16 @@ def install(patches: Patches) -> None:
         return layers_data
 
     patches.wrap(LambdaFunction, "_get_layers_data", make)
+
+    # moto's CloudFormation model drops a function's Layers; keep them, so the deployed function's
+    # configuration lists its layers as on AWS (`aws lambda get-function-configuration`).
+    original = vars(LambdaFunction)["create_from_cloudformation_json"].__func__
+
+    def create(cls: Any, resource_name: str, cloudformation_json: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        fn = original(cls, resource_name, cloudformation_json, *args, **kwargs)
+        layers = cloudformation_json.get("Properties", {}).get("Layers")
+        if layers:
+            fn.layers = fn._get_layers_data(layers)
+        return fn
+
+    patches.set(LambdaFunction, "create_from_cloudformation_json", classmethod(create))
