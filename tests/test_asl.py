@@ -49,7 +49,8 @@ def test_lambda_tasks_use_invoke_with_the_standard_retries() -> None:
     for name, state in all_states().items():
         if state["Type"] == "Task" and "FunctionName" in state.get("Parameters", {}):
             # StartBuild alone waits for the runner's callback (the task token goes to S3, not the build).
-            wanted = "lambda:invoke.waitForTaskToken" if name == "StartBuild" else "lambda:invoke"
+            # BuildImage (runtime images) waits for the image job's callback the same way.
+            wanted = "lambda:invoke.waitForTaskToken" if name in ("StartBuild", "BuildImage") else "lambda:invoke"
             assert state["Resource"] == f"arn:aws:states:::{wanted}", name
             covered = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
             assert covered >= LAMBDA_RETRY or "States.ALL" in covered, name
@@ -93,7 +94,8 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     choice = asl()["States"]["MergeOrIndex"]
     assert choice["Default"] == "PublishIndex" and choice["Choices"][0]["Next"] == "Merge"
     assert asl()["States"]["Merge"]["Catch"][0]["Next"] == asl()["States"]["Merge"]["Next"] == "PublishIndex"
-    assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "Report"
+    assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "ImagesOrReport"
+    assert asl()["States"]["ImagesOrReport"]["Default"] == "Report"  # no image section: straight to Report
 
 
 @pytest.mark.parametrize("name", ["Validate", "PublishIndex", "Report"])

@@ -150,6 +150,8 @@ def test_lambda_requirements_match_the_project_dependencies() -> None:
 
 def test_codebuild_projects_role_and_rule_are_scoped_to_this_stack() -> None:
     projects = resources("AWS::CodeBuild::Project")
+    runtime = projects.pop("RuntimeImageProject")  # runtime images: tests/test_images_pipeline.py
+    assert runtime["Properties"]["ServiceRole"] == {"Fn::GetAtt": ["RuntimeImageRole", "Arn"]}
     assert set(projects) == {"CodeBuildProjectX86", "CodeBuildProjectArm64"}
     for project in projects.values():
         props = project["Properties"]

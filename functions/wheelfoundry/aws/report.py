@@ -35,6 +35,14 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         )
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
+    images = event.get("images") or []
+    if isinstance(images, dict):  # the BuildImages Map itself failed
+        failures.append(("images", images.get("Error", "Failed"), readable_cause(images.get("Cause"))[:1000]))
+        images = [images]
+    for image in images:
+        if isinstance(image, dict) and image.get("id") and image.get("status") != "pushed":
+            why = image.get("cause") or image.get("error") or "the image job reported no push"
+            failures.append((image["id"], "ImageFailed", readable_cause(why)[:1000]))
     body = {
         "run_id": run["id"],
         "channel": run["channel"],
@@ -43,6 +51,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "index": publish,
         "merge": merge,
         "missing_cells": merge.get("missing_cells") or [],
+        "images": images,
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "status": "failed" if failures else "succeeded",
     }

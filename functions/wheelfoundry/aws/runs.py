@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import LaunchFailed
@@ -27,6 +28,7 @@ class ValidateSettings:
     max_instance_hours: float
     heartbeat_seconds: int
     max_concurrency: int
+    runtime_repository: str = ""  # ECR repository URI of runtime images (image jobs)
 
 
 def job_summary(job: Job, prefix: str) -> dict[str, Any]:
@@ -78,6 +80,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         # Extension runs in the merged layout: Collect keeps the cell wheels, Merge publishes one per Python.
         "layout": getattr(plan.request, "layout", "per-cell"),
         "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
+        "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -89,6 +92,15 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         contract = {"run": {**run, "prefix": job_prefix}, **job.to_dict()}
         put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
         summaries.append(job_summary(job, job_prefix))
+    images = []
+    for image in plan.images:
+        key = image_key(run_id, image.id)
+        image_run = {**run, "runtime_repository": settings.runtime_repository}
+        contract = {**image.to_dict(), "tag": image.tag.format(run=run_id), "run": image_run}
+        put(Bucket=settings.bucket, Key=key, Body=json.dumps(contract, indent=2))
+        images.append(
+            {"id": image.id, "key": key, "compute_type": image.compute_type, "timeout_seconds": IMAGE_TIMEOUT_SECONDS}
+        )
     return {
         "run": run,
         "execution": event["execution"],
@@ -101,4 +113,6 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "jobs": summaries,
         "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
         "merge": {"status": "not merged" if getattr(plan.request, "layout", "") != "merged" else "pending"},
+        "images": images,
+        "image_builds": [],  # BuildImages' results (one per image job) when the run has images
     }

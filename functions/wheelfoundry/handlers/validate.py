@@ -19,6 +19,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         max_instance_hours=float(rt.var("WF_MAX_INSTANCE_HOURS_PER_RUN", "250")),
         heartbeat_seconds=int(rt.var("WF_BUILD_HEARTBEAT_SECONDS", "900")),
         max_concurrency=int(rt.var("WF_MAX_CONCURRENT_JOBS", "10")),
+        runtime_repository=rt.var("WF_RUNTIME_REPOSITORY", ""),
     )
     result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
     metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))

@@ -1,0 +1,154 @@
+"""One runtime image job: ``python -m wfbuild.image_job`` (buildspecs/codebuild/image.yml runs it).
+
+Environment: ``WF_BUCKET``, ``WF_IMAGE_KEY`` (``runs/<run>/images/<id>/image.json``, written by
+Validate), ``WF_WORK_DIR``, ``WF_CONTAINER`` (``docker``: build, test and push with Docker, as on a
+privileged CodeBuild project; ``none``: host mode, the "image" is a venv made by the same install
+script, and the push is emulated with ECR PutImage of a manifest whose annotations are the image's
+labels), ``AWS_REGION``, ``WF_TOKEN_KEY`` (the BuildImage state's task token in S3). Writes
+``runs/<run>/images/<id>/result.json``, calls the state machine back, and exits 0 (pushed) or 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import boto3
+from packaging.utils import canonicalize_name
+
+from wfbuild import container, runtime_image
+from wfbuild.execute import BuildLog
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+
+def lock_for(image: Mapping[str, Any], run: Mapping[str, Any], s3: Any) -> list[runtime_image.Locked]:
+    """Each wheel from its channel's index page (the sha256 the index publishes)."""
+    locked = []
+    for wheel in image["wheels"]:
+        channel = wheel.get("channel") or run["channel"]
+        project = canonicalize_name(wheel["package"])
+        key = f"simple/{channel}/{project}/index.html"
+        try:
+            page = s3.get_object(Bucket=run["bucket"], Key=key)["Body"].read().decode()
+        except s3.exceptions.NoSuchKey:
+            raise runtime_image.ImageJobFailed(f"{wheel['package']} is not in channel {channel!r} ({key})") from None
+        files = runtime_image.parse_index(page)
+        locked.append(
+            runtime_image.select(files, project, channel, wheel.get("version"), image["python"], image["platform"])
+        )
+    return locked
+
+
+def base_digest(image: Mapping[str, Any], bundle: Path) -> str:
+    """The base's digest from base-images.lock; an unpinned base fails the job (bump_base_images.py)."""
+    spec = importlib.util.spec_from_file_location("bump_base_images", bundle / "images" / "bump_base_images.py")
+    assert spec and spec.loader
+    bump = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bump)
+    pinned: str = bump.resolve(image["base"])
+    return pinned.split("@", 1)[1]
+
+
+def emulated_push(ecr: Any, repository: str, tag: str, labels: Mapping[str, str]) -> str:
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "0" * 64,
+                   "size": 0},
+        "layers": [],
+        "annotations": dict(labels),
+    }  # fmt: skip
+    ecr.put_image(
+        repositoryName=repository, imageManifest=json.dumps(manifest), imageManifestMediaType=MANIFEST_TYPE,
+        imageTag=tag,
+    )  # fmt: skip
+    found = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"][0]
+    return str(found["imageId"]["imageDigest"])
+
+
+def run(environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    clients = clients or {}
+    s3 = clients.get("s3") or boto3.client("s3", region_name=region)
+    ecr = clients.get("ecr") or boto3.client("ecr", region_name=region)
+    bucket, key = environ["WF_BUCKET"], environ["WF_IMAGE_KEY"]
+    contract = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    image, run_info = contract, contract["run"]
+    work = Path(environ.get("WF_WORK_DIR") or "/tmp/wf-image").resolve() / image["id"]
+    bundle = Path(environ.get("WF_BUNDLE_DIR") or Path(__file__).resolve().parents[1])
+    result: dict[str, Any] = {"id": image["id"], "status": "failed", "tag": image["tag"]}
+    try:
+        locked = lock_for(image, run_info, s3)
+        context = work / "context"
+        runtime_image.prepare_context(
+            context, locked, lambda k, dest: s3.download_file(run_info["bucket"], k, str(dest))
+        )
+        host = environ.get("WF_CONTAINER", "docker") != "docker"
+        try:
+            digest = base_digest(image, bundle)
+        except LookupError:  # bump_base_images.Unpinned
+            if not host:
+                raise
+            digest = ""  # host mode pulls no base image; the label says none was pinned
+        args = runtime_image.build_args(image, run_info["id"], locked, digest)
+        modules = runtime_image.modules_of(locked, context)
+        repository = run_info["runtime_repository"]
+        result |= {"wheels": [{"filename": i.filename, "sha256": i.sha256} for i in locked], "base_digest": digest}
+        if not host:
+            ref = f"{repository}:{image['tag']}"
+            log = BuildLog(work / "image.log")
+            container.ecr_login(repository.split("/", 1)[0], region, log, environ)
+            gpu = environ.get("WF_GPU") == "1"
+            for argv in runtime_image.docker_commands(image, context, ref, args, modules, gpu):
+                proc = subprocess.run(argv, env=dict(environ), capture_output=True, text=True, check=False)
+                log.note(f"{argv[:2]}: exit {proc.returncode}\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+                if proc.returncode != 0:
+                    raise runtime_image.ImageJobFailed(f"{' '.join(argv[:2])} failed: {proc.stderr[-2000:]}")
+            result |= {"uri": ref, "tests": "ran in the image before the push"}
+        else:
+            result["tests"] = runtime_image.host_image(image, context, modules)
+            name = repository.split("/", 1)[-1]
+            result["digest"] = emulated_push(ecr, name, image["tag"], runtime_image.labels(args))
+            result["uri"] = f"{repository}:{image['tag']}"
+            result["pushed"] = "emulated (ECR PutImage; host mode)"
+        result["status"] = "pushed"
+    except Exception as exc:  # reported in result.json; the exit status says it too
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["trace"] = traceback.format_exc()[-4000:]
+    s3.put_object(Bucket=bucket, Key=os.path.dirname(key) + "/result.json", Body=json.dumps(result, indent=2))
+    call_back(environ, result, s3, clients.get("stepfunctions") or boto3.client("stepfunctions", region_name=region))
+    return result
+
+
+def call_back(environ: Mapping[str, str], result: Mapping[str, Any], s3: Any, sfn: Any) -> None:
+    """The BuildImage state's token, read from S3 (never in the build's environment): success with the
+    result (without the trace), or ImageFailed with the error."""
+    token_key = environ.get("WF_TOKEN_KEY", "")
+    if not token_key:
+        return  # started by hand: result.json and the exit status tell
+    token = s3.get_object(Bucket=environ["WF_BUCKET"], Key=token_key)["Body"].read().decode().strip()
+    if result["status"] == "pushed":
+        output = {k: v for k, v in result.items() if k not in ("trace", "tests")}
+        sfn.send_task_success(taskToken=token, output=json.dumps(output))
+    else:
+        sfn.send_task_failure(taskToken=token, error="ImageFailed", cause=str(result.get("error", ""))[:32000])
+
+
+def main() -> int:
+    result = run(os.environ)
+    print(json.dumps({k: v for k, v in result.items() if k != "trace"}, indent=2))
+    if result["status"] != "pushed":
+        print(result.get("trace", ""), file=sys.stderr)
+    return 0 if result["status"] == "pushed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
