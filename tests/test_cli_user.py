@@ -90,6 +90,10 @@ def test_run_lifecycle_start_status_runs_logs_fetch_cancel(
 
     code, _, err = wf(aws, capsys, "logs", "run-1", job["job"])
     assert code == EXIT_NOT_READY and "no build.log yet" in err
+    log_key = f"runs/run-1/jobs/{job['job']}/build.log"
+    aws.client("s3").put_object(Bucket=stack.outputs["WheelBucketName"], Key=log_key, Body=b"[wfbuild] stage x\n")
+    code, out, _ = wf(aws, capsys, "logs", "run-1", job["job"], "--follow")
+    assert code == EXIT_OK and out.endswith("[wfbuild] stage x\n")
     code, _, err = wf(aws, capsys, "logs", "run-1", "no-such-job")
     assert code == EXIT_NOT_FOUND and job["job"] in err
     code, _, err = wf(aws, capsys, "fetch", "run-1", "--dest", str(tmp_path / "dist"))

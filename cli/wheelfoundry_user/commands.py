@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry_user import EXIT_FAILED, EXIT_OK, NotFound, NotReady, UserError
+from wheelfoundry_user import EXIT_FAILED, EXIT_OK, NotFound, UserError
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.tables import table
@@ -88,26 +88,9 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    farm = _farm(args)
-    described = farm.describe(args.run)
-    name = described["name"]
-    key = f"runs/{name}/jobs/{args.job}/build.log"
-    while True:
-        body = farm.get(key)
-        if body is not None:
-            sys.stdout.write(body.decode(errors="replace"))
-            return EXIT_OK
-        if farm.get(f"runs/{name}/jobs/{args.job}/job.json") is None:
-            jobs = (farm.get_json(f"runs/{name}/plan.json") or {}).get("jobs", [])
-            raise NotFound(f"no job {args.job!r} in run {name} (jobs: {', '.join(jobs) or 'none yet'})")
-        ended = farm.describe(name)["status"] in ENDED or farm.get(f"runs/{name}/jobs/{args.job}/result.json")
-        if not args.follow or ended:
-            raise NotReady(
-                f"job {args.job} has no build.log yet: the runner uploads it when the build ends"
-                + ("" if args.follow else "; --follow waits for it")
-                + (" (it ended without one)" if ended else "")
-            )
-        time.sleep(args.interval)
+    from wheelfoundry_user.logs import show_log
+
+    return show_log(_farm(args), args.run, args.job, args.follow, args.interval, sys.stdout.write)
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -204,7 +187,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     runs.add_argument("--limit", type=int, default=20)
     _common(runs)
     runs.set_defaults(func=_guard(_runs))
-    logs = sub.add_parser("logs", help="a job's build log")
+    logs = sub.add_parser("logs", help="a job's build log (CodeBuild: its CloudWatch stream while it builds)")
     logs.add_argument("run")
     logs.add_argument("job")
     logs.add_argument("--follow", action="store_true", help="wait for the log if the job is still building")
