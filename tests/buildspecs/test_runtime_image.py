@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -109,6 +110,24 @@ def test_an_unhashed_or_incomplete_lock_is_refused(tmp_path: Path) -> None:
     (context / "requirements.txt").write_text("wf-img-probe==0.1.0\n")
     with pytest.raises(ri.ImageJobFailed, match="hash"):
         ri.host_image(IMAGE, context, ["wf_img_probe"])
+
+
+def test_image_tests_check_torch_and_report_each_failure() -> None:
+    """The image tests themselves, with this venv's CPU torch: the matmul runs, no GPU is reported as a
+    skip (a failure with --require-gpu), a wrong TZ or arch list fails and names the check."""
+    tests = [sys.executable, str(RUNTIME / "image_tests.py"), "--import=torch", "--host"]
+    env = {"PATH": "/usr/bin:/bin", "TZ": "UTC", "TORCH_CUDA_ARCH_LIST": "", "CUDA_VISIBLE_DEVICES": ""}
+    ok = subprocess.run([*tests, "--tz=UTC"], env=env, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    checks = json.loads(ok.stdout)["checks"]
+    assert checks["torch matmul"]["ok"] and checks["torch cuda"]["detail"] == "skipped: no GPU visible"
+    bad = subprocess.run(
+        [*tests, "--tz=Europe/Berlin", "--arch-list=8.6", "--require-gpu"], env=env, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert set(json.loads(bad.stdout)["failed"]) == {"torch cuda", "time zone", "arch list"}
+    assert "IMAGE TEST FAILED: torch cuda: AssertionError: torch.cuda.is_available() is False" in bad.stderr
 
 
 def test_docker_commands_per_variant_golden(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ COMPILERS = ("gcc", "cc", "g++", "c++", "clang", "nvcc")
 def _torch_op() -> str:
     torch = importlib.import_module("torch")
     a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    value = float((a @ a.T).sum())
-    if value != 95.0:
-        raise AssertionError(f"matmul gave {value}, expected 95.0")
+    value = float((a @ a.T).sum())  # [[5, 14], [14, 50]]
+    if value != 83.0:
+        raise AssertionError(f"matmul gave {value}, expected 83.0")
     return str(torch.__version__)
 
 
