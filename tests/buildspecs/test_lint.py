@@ -59,7 +59,8 @@ def test_codebuild_commands_pass_shellcheck(buildspec: Path, tmp_path: Path) -> 
     script.write_text("#!/usr/bin/env bash\n" + "\n".join(commands) + "\n", encoding="utf-8")
     proc = _run([str(BIN / "shellcheck"), str(script)])
     assert proc.returncode == 0, proc.stdout
-    assert "wfbuild.runner" in script.read_text()
+    # build.yml runs the runner; image.yml (runtime images) the image job
+    assert ("wfbuild.image_job" if buildspec.name == "image.yml" else "wfbuild.runner") in script.read_text()
 
 
 @pytest.mark.parametrize("name", ["torch-2.5.1", "nightly", "extension"])
