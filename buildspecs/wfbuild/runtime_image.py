@@ -16,6 +16,7 @@ import html
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -183,3 +184,25 @@ def host_image(
         raise ImageJobFailed(f"image tests failed: {result.stderr.strip()[-2000:]}")
     report: dict[str, Any] = json.loads(result.stdout)
     return report
+
+
+def render_job(image: Mapping[str, Any], repository: str, base_digest: str) -> list[str]:
+    """An image job as ``plan --dry-run`` shows it: the recipe, its pinned base and the commands, with
+    the wheels' files and sha256s left to the index at build time."""
+    pinned = (
+        f"{image['base']}@{base_digest}" if base_digest else f"{image['base']} (unpinned: bump_base_images.py bump)"
+    )
+    wheels = [w["package"] + (f"=={w['version']}" if w.get("version") else "") for w in image["wheels"]]
+    args = build_args(image, "<run>", [], base_digest)
+    args["WF_WHEEL_SHA256"] = "<file>=<sha256>,... from the index at build time"
+    modules = ["torch" if w["package"] == "torch" else f"<modules of {w['package']}>" for w in image["wheels"]]
+    ref = f"{repository}:{image['tag']}"
+    gpu = image.get("cuda") is not None
+    build, test, push = docker_commands(image, Path("<context>"), ref, args, modules, gpu)
+    return [
+        f"recipe: buildspecs/images/{image['recipe']}.Dockerfile (FROM {pinned})",
+        f"wheels (pip --require-hashes, sha256 from the index): {', '.join(wheels + list(image['pip']))}",
+        f"build: {shlex.join(build)}",
+        f"test:  {shlex.join(test)}" + ("  (--gpus/--require-gpu when the job runs on a GPU host)" if gpu else ""),
+        f"push:  {shlex.join(push)}",
+    ]

@@ -60,19 +60,23 @@ class ImageJob:
 Variant = tuple[str, str, str | None, str, str]  # platform, variant, cuda, torch, python
 
 
-def _variants(request: Request, jobs: tuple[Job, ...]) -> dict[Variant, tuple[ImageWheel, ...]]:
-    """Every build of the run (in plan order) with the run's wheels for it (the default ``wheels``)."""
-    seen: dict[Variant, tuple[ImageWheel, ...]] = {}
+def _variants(request: Request, jobs: tuple[Job, ...]) -> dict[Variant, tuple[tuple[ImageWheel, ...], str | None]]:
+    """Every build of the run (in plan order) with the run's wheels for it (the default ``wheels``) and
+    the arch list it was built for (the image's TORCH_CUDA_ARCH_LIST unless gpu_cc says otherwise)."""
+    seen: dict[Variant, tuple[tuple[ImageWheel, ...], str | None]] = {}
     for job in jobs:
         if job.extension is not None:
             for cell in job.extension.cells:
                 name = request.name if request.framework == "extension" else job.extension.name
-                seen[(job.platform, job.variant, job.cuda, cell.torch_version, cell.python)] = (ImageWheel(name),)
+                seen[(job.platform, job.variant, job.cuda, cell.torch_version, cell.python)] = (
+                    (ImageWheel(name),),
+                    job.arch_list,
+                )
             continue
         torch = next((p for p in job.packages if p.name == "torch"), None)
         for py in torch.python if torch else job.python:
             wheels = tuple(ImageWheel(p.name) for p in job.packages if py in p.python)
-            seen[(job.platform, job.variant, job.cuda, torch.version if torch else "", py)] = wheels
+            seen[(job.platform, job.variant, job.cuda, torch.version if torch else "", py)] = (wheels, job.arch_list)
     return seen
 
 
@@ -93,7 +97,7 @@ def plan_images(request: Request, jobs: tuple[Job, ...], config: FarmConfig) -> 
     if image is None:
         return ()
     out = []
-    for (platform, variant, cuda, torch, python), run_wheels in _variants(request, jobs).items():
+    for (platform, variant, cuda, torch, python), (run_wheels, built_for) in _variants(request, jobs).items():
         if image.cuda is not None and (cuda or "cpu") not in image.cuda:
             continue
         if image.python is not None and python not in image.python:
@@ -119,7 +123,7 @@ def plan_images(request: Request, jobs: tuple[Job, ...], config: FarmConfig) -> 
                 gid=image.gid,
                 user=image.user,
                 tz=image.tz,
-                arch_list=image.gpu_cc if cuda else None,
+                arch_list=(image.gpu_cc or built_for) if cuda else None,
                 tag=image.tag.replace("{run}", "{{run}}").format(**{k: _tag_safe(v) for k, v in fields.items()}),
                 compute_type=COMPUTE_TYPE,
                 estimate=_estimate("cuda" if cuda else "cpu", platform, config),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 
 from wheelfoundry.image_jobs import ImageJob
 from wheelfoundry.jobs import Job, Plan
@@ -113,4 +114,21 @@ def render_dry_run(plan: Plan, explain: bool = False) -> str:
         for number, stage in enumerate(render_stages(contract), start=1):
             extra = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(stage.env.items()))
             out.append(f"  {number:>2}. [{stage.name}] {extra} {shlex.join(stage.argv)}".rstrip())
+    out += _dry_run_images(plan)
     return "\n".join(out)
+
+
+def _dry_run_images(plan: Plan) -> list[str]:
+    from wfbuild import image_job, runtime_image  # the on-instance package ships beside the CLI
+
+    out = []
+    for image in plan.images:
+        contract = image.to_dict()
+        try:
+            digest = image_job.base_digest(contract, Path(image_job.__file__).resolve().parents[1])
+        except LookupError:  # bump_base_images.Unpinned
+            digest = ""
+        out.append(f"\n=== {image.id}")
+        out.append(f"runs on: codebuild {image.compute_type} privileged (after PublishIndex)")
+        out += runtime_image.render_job(contract, "<runtime-repository>", digest)
+    return out

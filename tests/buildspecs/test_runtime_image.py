@@ -8,6 +8,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -162,6 +163,40 @@ def test_docker_commands_per_variant_golden(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert push == ["docker", "push", ref]
     assert ri.labels(args)["dev.wheelfoundry.run-id"] == "run-1"
+
+
+GOLDEN_IMAGES = Path(__file__).resolve().parent / "golden_images"
+IMAGE_REQUESTS: dict[str, dict[str, Any]] = {
+    # CPU and CUDA 13.0 variants on the slim base, user/tz/arch list set
+    "slim": {"version": "2.13.0", "python": ["3.12"], "packages": ["torch"],
+             "targets": [{"accelerator": "cpu"}, {"accelerator": "cuda", "cuda": "13.0"}],
+             "image": {"uid": 1001, "gid": 1002, "user": "trainer", "tz": "Asia/Tokyo", "gpu_cc": ["9.0", "10.0"]}},
+    # the CUDA runtime base (its Python copied in)
+    "cuda": {"version": "2.13.0", "python": ["3.12"], "packages": ["torch"],
+             "targets": [{"accelerator": "cuda", "cuda": "13.0"}], "image": {"base": "cuda", "tag": "{run}-{variant}"}},
+}  # fmt: skip
+
+
+def test_rendered_image_jobs_per_variant_golden() -> None:
+    """`plan --dry-run` of each image job (recipe, pinned base, build, test and push commands) as golden
+    files; regenerate with WF_REGENERATE_GOLDEN=1 after a deliberate change."""
+    from wheelfoundry.render import _dry_run_images
+
+    rendered = {}
+    for name, raw in IMAGE_REQUESTS.items():
+        plan = plan_request(parse_request(raw), load_catalog(), load_config())
+        rendered[GOLDEN_IMAGES / f"{name}.txt"] = "\n".join(_dry_run_images(plan)).strip() + "\n"
+    if os.environ.get("WF_REGENERATE_GOLDEN") == "1":
+        GOLDEN_IMAGES.mkdir(exist_ok=True)
+        for path, text in rendered.items():
+            path.write_text(text)
+    for path, text in rendered.items():
+        assert path.read_text() == text, f"{path.name} differs; WF_REGENERATE_GOLDEN=1 if intended"
+    slim = rendered[GOLDEN_IMAGES / "slim.txt"]
+    assert slim.count("=== image-") == 2 and "'TORCH_CUDA_ARCH_LIST=9.0;10.0'" in slim
+    cuda = rendered[GOLDEN_IMAGES / "cuda.txt"]
+    assert "runtime/cuda.Dockerfile (FROM nvidia/cuda:13.0.1-runtime-ubuntu24.04 (unpinned" in cuda
+    assert "'TORCH_CUDA_ARCH_LIST=7.5;8.0;8.6;9.0;10.0;12.0+PTX'" in cuda  # no gpu_cc: what torch was built for
 
 
 def _bump() -> ModuleType:
