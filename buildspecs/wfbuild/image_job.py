@@ -140,6 +140,7 @@ def call_back(environ: Mapping[str, str], result: Mapping[str, Any], s3: Any, sf
         sfn.send_task_success(taskToken=token, output=json.dumps(output))
     else:
         sfn.send_task_failure(taskToken=token, error="ImageFailed", cause=str(result.get("error", ""))[:32000])
+    s3.delete_object(Bucket=environ["WF_BUCKET"], Key=token_key)  # the task has ended: the token is useless
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import re
@@ -237,3 +238,81 @@ def test_hadolint_and_shellcheck_are_clean() -> None:
     for dockerfile in sorted(RUNTIME.glob("*.Dockerfile")):
         subprocess.run([str(ROOT / ".venv/bin/hadolint"), str(dockerfile)], check=True)
     subprocess.run([str(ROOT / ".venv/bin/shellcheck"), str(RUNTIME / "install_wheels.sh")], check=True)
+
+
+class _S3:
+    """Enough of S3 for one image job: objects in a dict."""
+
+    class exceptions:  # boto3 spelling
+        class NoSuchKey(Exception):
+            pass
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        if Key not in self.objects:
+            raise self.exceptions.NoSuchKey(Key)
+        return {"Body": io.BytesIO(self.objects[Key])}
+
+    def put_object(self, Bucket: str, Key: str, Body: Any) -> None:
+        self.objects[Key] = Body.encode() if isinstance(Body, str) else Body
+
+    def download_file(self, bucket: str, key: str, dest: str) -> None:
+        Path(dest).write_bytes(self.objects[key])
+
+    def delete_object(self, Bucket: str, Key: str) -> None:
+        self.objects.pop(Key, None)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def record(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            digest = "sha256:" + hashlib.sha256(kwargs.get("imageManifest", "").encode()).hexdigest()
+            return {"images": [{"imageId": {"imageDigest": digest}}]}
+
+        return record
+
+
+def _image_job_objects(wheel: Path, index_sha: str) -> dict[str, bytes]:
+    image = {**IMAGE, "id": "image-a", "platform": "x86_64", "python": PY, "cuda": None, "pip": [], "tag": "r1-a",
+             "wheels": [{"package": "wf-img-probe", "version": None, "channel": None}]}  # fmt: skip
+    run = {"id": "r1", "bucket": "b", "channel": "demo", "runtime_repository": "123.dkr.ecr/acct-rt"}
+    page = render_project("demo", "wf-img-probe", [IndexFile(wheel.name, index_sha, None, None)])
+    return {
+        "runs/r1/images/image-a/image.json": json.dumps({**image, "run": run}).encode(),
+        "simple/demo/wf-img-probe/index.html": page.encode(),
+        f"wheels/demo/wf-img-probe/{wheel.name}": wheel.read_bytes(),
+        "runs/r1/jobs/image-a/token": b"TOKEN",
+    }
+
+
+def test_image_job_in_host_mode_pushes_and_calls_back_or_fails_the_task(tmp_path: Path) -> None:
+    from wfbuild import image_job
+
+    wheel = make_wheel(tmp_path)
+    env = {"WF_BUCKET": "b", "WF_IMAGE_KEY": "runs/r1/images/image-a/image.json", "WF_CONTAINER": "none",
+           "WF_WORK_DIR": str(tmp_path / "work"), "WF_TOKEN_KEY": "runs/r1/jobs/image-a/token"}  # fmt: skip
+    s3, ecr, sfn = _S3(_image_job_objects(wheel, sha(wheel))), _Recorder(), _Recorder()
+    result = image_job.run(env, {"s3": s3, "ecr": ecr, "stepfunctions": sfn})
+    assert result["status"] == "pushed", result.get("trace")
+    (put, _) = ecr.calls
+    assert put[0] == "put_image" and put[1]["imageTag"] == "r1-a" and put[1]["repositoryName"] == "acct-rt"
+    labels = json.loads(put[1]["imageManifest"])["annotations"]
+    assert labels["dev.wheelfoundry.wheel-sha256"] == f"{wheel.name}={sha(wheel)}"
+    ((name, call),) = sfn.calls
+    assert name == "send_task_success" and call["taskToken"] == "TOKEN"
+    assert json.loads(call["output"])["uri"] == "123.dkr.ecr/acct-rt:r1-a"
+    assert "runs/r1/jobs/image-a/token" not in s3.objects  # forgotten after the callback
+    # A wheel whose bytes are not what the index says: nothing is installed or pushed, the task fails.
+    s3, ecr, sfn = _S3(_image_job_objects(wheel, "f" * 64)), _Recorder(), _Recorder()
+    env["WF_WORK_DIR"] = str(tmp_path / "work2")
+    failed = image_job.run(env, {"s3": s3, "ecr": ecr, "stepfunctions": sfn})
+    assert failed["status"] == "failed" and "differs from the index's" in failed["error"] and not ecr.calls
+    ((name, call),) = sfn.calls
+    assert name == "send_task_failure" and call["error"] == "ImageFailed" and "differs" in call["cause"]
+    assert json.loads(s3.objects["runs/r1/images/image-a/result.json"])["status"] == "failed"
