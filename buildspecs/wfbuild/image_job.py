@@ -23,7 +23,7 @@ from typing import Any
 import boto3
 from packaging.utils import canonicalize_name
 
-from wfbuild import container, runtime_image
+from wfbuild import container, runtime_image, upstream_lock, wheelfile
 from wfbuild.execute import BuildLog
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -45,6 +45,22 @@ def lock_for(image: Mapping[str, Any], run: Mapping[str, Any], s3: Any) -> list[
             runtime_image.select(files, project, channel, wheel.get("version"), image["python"], image["platform"])
         )
     return locked
+
+
+def lock_upstream(
+    image: Mapping[str, Any], locked: list[runtime_image.Locked], context: Path, work: Path, environ: Mapping[str, str]
+) -> list[runtime_image.Locked]:
+    """The index wheels' dependencies and ``image.pip`` from the upstream index (wfbuild.upstream_lock);
+    nothing to resolve (wheels without Requires-Dist, no pins) asks no index at all."""
+    wheels = context / "wheels"
+    needs = any(wheelfile.info(wheels / item.filename).requires_dist for item in locked) or image.get("pip")
+    if not needs:
+        return []
+    index = environ.get("WF_UPSTREAM_INDEX_URL") or image.get("upstream_index")
+    links = environ.get("WF_UPSTREAM_FIND_LINKS")  # tests: a folder stands in for the upstream index
+    upstream = upstream_lock.resolve(image, wheels, locked, work, index, links)
+    upstream_lock.download(image, upstream, wheels, work, index, links)
+    return upstream
 
 
 def base_digest(image: Mapping[str, Any], bundle: Path) -> str:
@@ -92,16 +108,20 @@ def run(environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) ->
             context, locked, lambda k, dest: s3.download_file(run_info["bucket"], k, str(dest))
         )
         host = environ.get("WF_CONTAINER", "docker") != "docker"
+        upstream = lock_upstream(image, locked, context, work, environ)
+        locked_all = locked + upstream
+        (context / "requirements.txt").write_text(runtime_image.lock_text(locked_all), encoding="utf-8")
         try:
             digest = base_digest(image, bundle)
         except LookupError:  # bump_base_images.Unpinned
             if not host:
                 raise
             digest = ""  # host mode pulls no base image; the label says none was pinned
-        args = runtime_image.build_args(image, run_info["id"], locked, digest)
+        args = runtime_image.build_args(image, run_info["id"], locked_all, digest)
         modules = runtime_image.modules_of(locked, context)
         repository = run_info["runtime_repository"]
         result |= {"wheels": [{"filename": i.filename, "sha256": i.sha256} for i in locked], "base_digest": digest}
+        result["upstream"] = [{"filename": i.filename, "sha256": i.sha256} for i in upstream]
         if not host:
             ref = f"{repository}:{image['tag']}"
             log = BuildLog(work / "image.log")

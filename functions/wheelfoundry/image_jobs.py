@@ -20,6 +20,7 @@ from wheelfoundry.model import ImageWheel, Request, RuntimeImage
 
 IMAGE_SCHEMA = 1
 PYTHON_BASE = "python:{python}-slim-bookworm"  # buildspecs/images/base-images.lock pins each by digest
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
 CUDA_BASE = "nvidia/cuda:{cuda}-runtime-ubuntu24.04"
 CUDA_RUNTIME_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.1"}
 # Minutes on CodeBuild: pull the base, install the wheels (a CUDA torch pulls ~3 GB of nvidia-* wheels),
@@ -50,6 +51,9 @@ class ImageJob:
     compute_type: str
     estimate: Estimate
     executor: Literal["codebuild"] = "codebuild"
+    # The one index the wheels' own dependencies (and ``pip``) are resolved from, sha256s trusted on
+    # first use (wfbuild.upstream_lock); None: the build host's pip configuration.
+    upstream_index: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -78,6 +82,13 @@ def _variants(request: Request, jobs: tuple[Job, ...]) -> dict[Variant, tuple[tu
             wheels = tuple(ImageWheel(p.name) for p in job.packages if py in p.python)
             seen[(job.platform, job.variant, job.cuda, torch.version if torch else "", py)] = (wheels, job.arch_list)
     return seen
+
+
+def _upstream(request: Request, variant: str) -> str | None:
+    """PyTorch's index of the variant: it serves torch and mirrors what torch needs (nvidia-*, sympy, ...)."""
+    if request.framework == "extension" and request.torch_index == "pip":
+        return None
+    return f"{PYTORCH_INDEX}/{variant}"
 
 
 def _tag_safe(text: str) -> str:
@@ -127,6 +138,7 @@ def plan_images(request: Request, jobs: tuple[Job, ...], config: FarmConfig) -> 
                 tag=image.tag.replace("{run}", "{{run}}").format(**{k: _tag_safe(v) for k, v in fields.items()}),
                 compute_type=COMPUTE_TYPE,
                 estimate=_estimate("cuda" if cuda else "cpu", platform, config),
+                upstream_index=_upstream(request, variant),
             )
         )
     return tuple(out)

@@ -32,12 +32,14 @@ RUNTIME = ROOT / "buildspecs" / "images" / "runtime"
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def make_wheel(folder: Path, name: str = "wf_img_probe", version: str = "0.1.0", tag: str = "py3-none-any") -> Path:
+def make_wheel(
+    folder: Path, name: str = "wf_img_probe", version: str = "0.1.0", tag: str = "py3-none-any", requires: str = ""
+) -> Path:
     """A real (pure) wheel, written directly: building one with pip would cost seconds."""
     dist = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": b"VALUE = 42\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires}".encode(),
         f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
     }
     record = [
@@ -278,8 +280,8 @@ class _Recorder:
         return record
 
 
-def _image_job_objects(wheel: Path, index_sha: str) -> dict[str, bytes]:
-    image = {**IMAGE, "id": "image-a", "platform": "x86_64", "python": PY, "cuda": None, "pip": [], "tag": "r1-a",
+def _image_job_objects(wheel: Path, index_sha: str, pip: tuple[str, ...] = ()) -> dict[str, bytes]:
+    image = {**IMAGE, "id": "image-a", "platform": "x86_64", "python": PY, "cuda": None, "pip": list(pip), "tag": "r1-a",
              "wheels": [{"package": "wf-img-probe", "version": None, "channel": None}]}  # fmt: skip
     run = {"id": "r1", "bucket": "b", "channel": "demo", "runtime_repository": "123.dkr.ecr/acct-rt"}
     page = render_project("demo", "wf-img-probe", [IndexFile(wheel.name, index_sha, None, None)])
@@ -316,3 +318,30 @@ def test_image_job_in_host_mode_pushes_and_calls_back_or_fails_the_task(tmp_path
     ((name, call),) = sfn.calls
     assert name == "send_task_failure" and call["error"] == "ImageFailed" and "differs" in call["cause"]
     assert json.loads(s3.objects["runs/r1/images/image-a/result.json"])["status"] == "failed"
+
+
+def test_image_job_locks_dependencies_and_pins_from_one_upstream_index(tmp_path: Path) -> None:
+    """The index wheel requires wf_dep_b; the request pins wf_extra_c: both are resolved from the upstream
+    index (a folder here) with their sha256s, downloaded into the context, and installed under the same
+    --require-hashes lock; pip check then holds."""
+    from wfbuild import image_job
+
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    dep, extra = make_wheel(upstream, "wf_dep_b", "1.2.0"), make_wheel(upstream, "wf_extra_c", "2.0")
+    make_wheel(upstream, "wf_dep_b", "0.9.0")  # excluded by the requirement below
+    wheel = make_wheel(tmp_path, requires="Requires-Dist: wf_dep_b>=1.0\n")
+    objects = _image_job_objects(wheel, sha(wheel), pip=("wf_extra_c==2.0",))
+    env = {"WF_BUCKET": "b", "WF_IMAGE_KEY": "runs/r1/images/image-a/image.json", "WF_CONTAINER": "none",
+           "WF_WORK_DIR": str(tmp_path / "work"), "WF_UPSTREAM_FIND_LINKS": str(upstream)}  # fmt: skip
+    result = image_job.run(env, {"s3": _S3(objects), "ecr": _Recorder(), "stepfunctions": _Recorder()})
+    assert result["status"] == "pushed", result.get("trace")
+    assert sorted((u["filename"], u["sha256"]) for u in result["upstream"]) == [
+        (dep.name, sha(dep)), (extra.name, sha(extra))
+    ]  # fmt: skip
+    lock = (tmp_path / "work/image-a/context/requirements.txt").read_text().splitlines()[1:]
+    assert lock == [
+        f"wf-img-probe==0.1.0 --hash=sha256:{sha(wheel)}",
+        f"wf-dep-b==1.2.0 --hash=sha256:{sha(dep)}",
+        f"wf-extra-c==2.0 --hash=sha256:{sha(extra)}",
+    ]
