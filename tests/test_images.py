@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,9 @@ def test_cli_plan_prints_the_image_jobs(tmp_path: Path) -> None:
     ).stdout
     assert "IMAGE JOB" in out and "image-torch2.5.1-cpu-py3.12-x86_64" in out and "TZ=Asia/Tokyo" in out
     assert "--require-hashes" in out
+    contracts = subprocess.run(
+        [sys.executable, "-m", "wheelfoundry.cli", "plan", str(request), "--json"], capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
+    (image,) = json.loads(contracts)["images"]
+    assert image["tz"] == "Asia/Tokyo" and image["upstream_index"] == "https://download.pytorch.org/whl/cpu"

@@ -27,7 +27,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     catalog, config = load_catalog(), load_config()
     plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
     if args.json:
-        print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs]}, indent=2))
+        images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
+        print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images}, indent=2))
     elif args.dry_run:
         print(render_dry_run(plan, explain=args.explain))
     else:
