@@ -86,7 +86,7 @@ def bench_index(counts: tuple[int, ...] = (20, 100)) -> list[dict[str, Any]]:
     return rows
 
 
-def bench_history(job_counts: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any]]:
+def bench_history(job_counts: tuple[int, ...] = (1, 2, 4)) -> list[dict[str, Any]]:
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     from wheelfoundry_local import EmbeddedAws
@@ -98,36 +98,39 @@ def bench_history(job_counts: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any
         with EmbeddedAws(state_dir=state, registration_delay=0.0) as aws:
             stack = aws.deploy(ROOT / "template.yaml", {"BuildHeartbeatSeconds": "30", "MaxConcurrentJobs": "10"})
             sfn = aws.client("stepfunctions")
-            for count in job_counts:  # jobs stopped at Launch: what the parent history costs per job
-                aws.faults.inject("LaunchFunction", "LaunchFailed", times=count)
-                torches = ["2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.8", "2.7"][:count]
-                request = {
-                    "framework": "extension",
-                    "name": "ext",
-                    "source": {"git": "https://example.com/e.git"},
-                    "torch": torches,
-                    "cuda": ["cpu"],
-                    "python": ["3.11"],
-                }
-                arn = aws.start_execution(stack.state_machine_arn, request)
-                aws.wait_execution(arn, timeout=120)
-                events = len(aws.history(arn))
-                rows.append(
-                    {
-                        "bench": "history",
-                        "case": f"{count} jobs (stopped at Launch)",
-                        "jobs": count,
-                        "parent_events": events,
+            for executor, first_state in (("ec2", "LaunchFunction"), ("codebuild", "StartBuildFunction")):
+                for count in job_counts:  # jobs stopped at their first state: what the parent history costs per job
+                    aws.faults.inject(first_state, "LaunchFailed", times=count)
+                    # One job per CUDA toolkit (cells of one toolkit are packed into one job).
+                    request = {
+                        "framework": "extension",
+                        "name": "ext",
+                        "source": {"git": "https://example.com/e.git"},
+                        "torch": ["2.14"],
+                        "cuda": ["cpu", "12.6", "13.0", "13.2"][:count],
+                        "python": ["3.11"],
+                        "options": {"executor": executor},
                     }
-                )
+                    arn = aws.start_execution(stack.state_machine_arn, request)
+                    aws.wait_execution(arn, timeout=120)
+                    events = len(aws.history(arn))
+                    rows.append(
+                        {
+                            "bench": "history",
+                            "case": f"{count} {executor} jobs (stopped at start)",
+                            "jobs": count,
+                            "parent_events": events,
+                        }
+                    )
             bucket = stack.outputs["WheelBucketName"]
             source = ROOT / "tests" / "fixtures" / "tiny_ext"
-            for sleep in (0, 20):  # one real build, short and long: the parent history must not grow
-                folder = state / f"src-{sleep}"
+            for executor, sleep in (("ec2", 0), ("ec2", 20), ("codebuild", 0), ("codebuild", 20)):
+                # One real build, short and long, on each executor: the parent history must not grow.
+                folder = state / f"src-{executor}-{sleep}"
                 shutil.copytree(source, folder)
                 setup = folder / "setup.py"
                 setup.write_text(f"import time\ntime.sleep({sleep})\n" + setup.read_text())
-                key = f"sources/tiny-{sleep}.tar.gz"
+                key = f"sources/tiny-{executor}-{sleep}.tar.gz"
                 aws.client("s3").put_object(Bucket=bucket, Key=key, Body=pack_source(folder, "wf-tiny-ext"))
                 request = {
                     "framework": "extension",
@@ -137,7 +140,8 @@ def bench_history(job_counts: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any
                     "cuda": ["cpu"],
                     "python": ["3.11"],
                     "torch_index": "pip",
-                    "channel": f"bench-{sleep}",
+                    "channel": f"bench-{executor}-{sleep}",
+                    "options": {"executor": executor},
                 }  # one channel each: a rebuild never overwrites a wheel
                 started = time.monotonic()
                 arn = aws.start_execution(stack.state_machine_arn, request)
@@ -145,7 +149,7 @@ def bench_history(job_counts: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any
                 rows.append(
                     {
                         "bench": "history",
-                        "case": f"1 real build, +{sleep}s",
+                        "case": f"1 real {executor} build, +{sleep}s",
                         "jobs": 1,
                         "status": result.status
                         if result.succeeded
