@@ -31,7 +31,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     elif merge.get("status") == "failed":
         missing = ", ".join(merge.get("missing_cells") or [])
         failures.append(
-            ("merge", "CellsMissing", f"require_all_cells: not merged, these cells did not build: {missing}")
+            ("merge", "CellsMissing", f"require_all_cells: nothing merged, these cells did not build: {missing}")
         )
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
