@@ -18,20 +18,15 @@ def _quiet_handlers() -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    _quiet_handlers()
-    from .demo import run_demo
-
-    return run_demo(
-        ROOT,
-        Path(args.request),
-        Path(args.source),
-        Path(args.state_dir).resolve(),
-        Path(args.dist).resolve(),
-        timeout=args.timeout,
-    )
+    return _build(args, test=True)
 
 
 def _run(args: argparse.Namespace) -> int:
+    return _build(args, test=False)
+
+
+def _build(args: argparse.Namespace, test: bool) -> int:
+    """``local demo`` (test=True: also install from the index and run the source's tests) and ``local run``."""
     _quiet_handlers()
     from .demo import run_demo
 
@@ -43,10 +38,10 @@ def _run(args: argparse.Namespace) -> int:
             Path(args.state_dir).resolve(),
             Path(args.dist).resolve(),
             timeout=args.timeout,
-            test=False,
+            test=test,
         )
     except ValueError as exc:
-        print(f"wheelfoundry local run: {exc}")
+        print(f"wheelfoundry local {'demo' if test else 'run'}: {exc}")
         return 2
 
 

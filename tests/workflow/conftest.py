@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,13 @@ def s3_json(aws: EmbeddedAws, stack: DeployedStack, key: str) -> Any:  # noqa: F
 def s3_keys(aws: EmbeddedAws, stack: DeployedStack, prefix: str) -> list[str]:  # noqa: F811
     listing = aws.client("s3").list_objects_v2(Bucket=stack.outputs["WheelBucketName"], Prefix=prefix)
     return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def wait_for(predicate: Any, timeout: float = 120, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what or predicate}")

@@ -12,14 +12,23 @@ import dataclasses
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.workflow.conftest import ROOT, extension_request, launched_by, run, s3_json, s3_keys, source, upload
+from tests.workflow.conftest import (
+    ROOT,
+    extension_request,
+    launched_by,
+    run,
+    s3_json,
+    s3_keys,
+    source,
+    upload,
+    wait_for,
+)
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import assert_no_builds, assert_no_instances
 
@@ -47,16 +56,6 @@ def on_codebuild(monkeypatch: pytest.MonkeyPatch, choose: Callable[[Any], bool] 
         return dataclasses.replace(plan, jobs=jobs)
 
     monkeypatch.setattr(runs, "plan_request", planned)
-
-
-def wait_for(predicate: Any, timeout: float = 120, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 def job_ids(aws: EmbeddedAws) -> list[str]:

@@ -5,7 +5,6 @@ Every test ends with no instance pending or running (the `stack` fixture asserts
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.workflow.conftest import (
     s3_keys,
     source,
     upload,
+    wait_for,
 )
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
@@ -26,16 +26,6 @@ BROKEN_C = "this is not C;\n"
 SLOW_SETUP = (
     "import time\ntime.sleep({seconds})\n" + (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
 )
-
-
-def wait_for(predicate: Any, timeout: float = 120, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
 def building(aws: EmbeddedAws) -> str:
