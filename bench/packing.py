@@ -1,6 +1,6 @@
 """Packed extension cells vs one cell at a time, and merged wheel size: prints a table, writes JSON.
 
-    .venv/bin/python bench/packing.py [--torch 2.13 2.14] [--python 3.11] [--source examples/extension-package]
+    .venv/bin/python bench/packing.py [--torch 2.13 2.14] [--python 3.11 3.12] [--source examples/extension-package]
 
 One embedded AWS, the shipped template and state machine, one extension request whose cells share
 a builder image (so the planner packs them on one instance). A warm-up run fills the build-env
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -26,6 +27,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_interpreters(versions: list[str]) -> None:
+    """WF_PYTHON_X_Y for Pythons that are not on PATH but in pyenv (the build envs need each one)."""
+    for version in versions:
+        name = "WF_PYTHON_" + version.replace(".", "_")
+        if os.environ.get(name) or shutil.which(f"python{version}"):
+            continue
+        found = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+        if found:
+            os.environ[name] = str(found[-1])
 
 
 def children_cpu() -> float:
@@ -71,10 +83,11 @@ def measure(aws: Any, stack: Any, request: dict[str, Any], slots: str | None) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch", nargs="+", default=["2.13", "2.14"])
-    parser.add_argument("--python", nargs="+", default=["3.11"])
+    parser.add_argument("--python", nargs="+", default=["3.11", "3.12"])
     parser.add_argument("--source", type=Path, default=ROOT / "examples" / "extension-package")
     parser.add_argument("--name", default="wf-vecops")
     args = parser.parse_args()
+    find_interpreters(args.python)
     for name in ("POWERTOOLS_METRICS_DISABLED", "POWERTOOLS_TRACE_DISABLED"):
         os.environ.setdefault(name, "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")

@@ -80,7 +80,9 @@ def test_python_files_that_differ_between_builds_are_refused(tmp_path: Path) -> 
     a = cell_wheel(tmp_path / "a", "pt213cpu", **{"ext__version.py": b"torch = '2.13'\n"})
     b = cell_wheel(tmp_path / "b", "pt214cpu", **{"ext__version.py": b"torch = '2.14'\n"})
     builds = [Build("torch2.13-cpu", "2.13.0", None, a), Build("torch2.14-cpu", "2.14.1", None, b)]
-    with pytest.raises(MergeConflict, match="ext/version.py differs between builds torch2.13-cpu and torch2.14-cpu"):
+    with pytest.raises(
+        MergeConflict, match=r"ext/version\.py differs between builds torch2\.13-cpu and torch2\.14-cpu"
+    ):
         merge(builds, tmp_path / "out")
 
 
@@ -120,7 +122,7 @@ def test_the_stub_picks_the_build_for_the_installed_torch(
     monkeypatch.setitem(sys.modules, "torch", fake)
     source = render_stub("p._C", "my-ext", BUILDS).replace("\n_load()\n", "\n")
     namespace: dict[str, object] = {"__name__": "p._C", "__file__": "/site/p/_C.py"}
-    exec(compile(source, "p/_C.py", "exec"), namespace)  # noqa: S102 - the generated stub under test
+    exec(compile(source, "p/_C.py", "exec"), namespace)
     build = namespace["_pick"](torch_version, cuda)  # type: ignore[operator]
     assert (build[0] if build else None) == picked
     assert namespace["_ROOT"] == "/site"

@@ -27,7 +27,18 @@ from tests.buildspecs.jobs import plan_extension_job
 from wfbuild import runner
 
 OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures", "missing_cells"}
-WHEEL_KEYS = {"filename", "key", "package", "version", "python", "sha256", "size", "requires_python", "metadata_key", "cell"}
+WHEEL_KEYS = {
+    "filename",
+    "key",
+    "package",
+    "version",
+    "python",
+    "sha256",
+    "size",
+    "requires_python",
+    "metadata_key",
+    "cell",
+}
 
 
 def free_port() -> int:
@@ -233,7 +244,11 @@ def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, t
     manifest = json.loads(aws.text(f"{prefix}manifest.json"))
     assert manifest["status"] == "failed" and manifest["wheels"] == []
     (entry,) = manifest["failures"]
-    assert (entry["stage"], entry["package"], entry["python"]) == ("build-torch2.13.0-cp311-cpu-x86_64", "broken-ext", "3.11")
+    assert (entry["stage"], entry["package"], entry["python"]) == (
+        "build-torch2.13.0-cp311-cpu-x86_64",
+        "broken-ext",
+        "3.11",
+    )
     assert "Failed to build" in entry["log_tail"] and entry["error"].startswith("exit status 1")
     skipped = {s["name"]: s["status"] for s in manifest["stages"]}
     assert skipped["repair-torch2.13.0-cp311-cpu-x86_64"] == skipped["smoke-torch2.13.0-cp311-cpu-x86_64"] == "skipped"
