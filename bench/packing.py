@@ -19,6 +19,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +34,9 @@ def find_interpreters(versions: list[str]) -> None:
     """WF_PYTHON_X_Y for Pythons that are not on PATH but in pyenv (the build envs need each one)."""
     for version in versions:
         name = "WF_PYTHON_" + version.replace(".", "_")
-        if os.environ.get(name) or shutil.which(f"python{version}"):
+        on_path = shutil.which(f"python{version}")
+        # A pyenv shim is on PATH even when that version is not selected: only a runnable one counts.
+        if os.environ.get(name) or (on_path and subprocess.run([on_path, "-c", ""], check=False).returncode == 0):
             continue
         found = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
         if found:
@@ -86,6 +89,7 @@ def main() -> int:
     parser.add_argument("--python", nargs="+", default=["3.11", "3.12"])
     parser.add_argument("--source", type=Path, default=ROOT / "examples" / "extension-package")
     parser.add_argument("--name", default="wf-vecops")
+    parser.add_argument("--state-dir", type=Path, help="keep the embedded AWS's state (logs, build envs) here")
     args = parser.parse_args()
     find_interpreters(args.python)
     for name in ("POWERTOOLS_METRICS_DISABLED", "POWERTOOLS_TRACE_DISABLED"):
@@ -104,7 +108,10 @@ def main() -> int:
         "channel": "bench",
         "options": {"executor": "ec2", "spot": False},
     }
-    with tempfile.TemporaryDirectory() as state, EmbeddedAws(state_dir=state, registration_delay=0.0) as aws:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmbeddedAws(state_dir=args.state_dir or tmp, registration_delay=0.0) as aws,
+    ):
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         request["source"] = {"s3": upload_source(aws, stack, args.source, args.name)}
         started = time.monotonic()
