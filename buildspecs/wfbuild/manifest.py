@@ -23,6 +23,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from wfbuild import wheelfile
+from wfbuild.stages import cell_key
 
 SCHEMA = 1
 TOOLS = {  # name -> argv printing its version; the first line matching a version number is kept
@@ -82,7 +83,7 @@ def _cells(job: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
     for cell in (job.get("extension") or {}).get("cells", []):
         cp = "cp" + cell["python"].replace(".", "")
-        out[(cp, f"torch{cell['torch_version']}")] = {
+        out[(cp, cell_key(cell))] = {
             "id": cell["id"],
             "build_id": cell["build_id"],
             "torch_version": cell["torch_version"],

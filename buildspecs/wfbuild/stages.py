@@ -127,7 +127,7 @@ def _post(
     raw, wheels, suffix, group = p.raw(pkg, python), p.wheels(pkg, python), f"{pkg}-{python}", None
     smoke_dir = f"{p.work}/smoke"
     if cell is not None:
-        key = _cell_key(cell)
+        key = cell_key(cell)
         raw, wheels, suffix, group = f"{raw}/{key}", f"{wheels}/{key}", cell["id"], cell["id"]
         smoke_dir = f"{smoke_dir}/{cell['id']}"
         if ext.get("label_wheels", True):
@@ -169,7 +169,7 @@ def _post(
     return [repair_stage, smoke_stage]
 
 
-def _cell_key(cell: dict[str, Any]) -> str:
+def cell_key(cell: dict[str, Any]) -> str:
     """The cell's folder under dist/<raw|wheels>/<package>/cpXY/: ``torch2.13.0``."""
     try:
         return f"torch{Version(cell['torch_version'])}"
@@ -178,7 +178,7 @@ def _cell_key(cell: dict[str, Any]) -> str:
 
 
 def _cell_env(p: _Paths, cell: dict[str, Any]) -> str:
-    return f"{p.env(cell['python'])}-{_cell_key(cell)}"
+    return f"{p.env(cell['python'])}-{cell_key(cell)}"
 
 
 def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
@@ -242,7 +242,7 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
         index = ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "extension.torch_index_url")]
     stages = [source]
     for cell in ext["cells"]:
-        python, key, cid = cell["python"], _cell_key(cell), safety.check(safety.CELL, cell["id"], "extension.cells.id")
+        python, key, cid = cell["python"], cell_key(cell), safety.check(safety.CELL, cell["id"], "extension.cells.id")
         torch = f"torch=={key.removeprefix('torch')}"
         tools = ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
         if job.get("cuda"):

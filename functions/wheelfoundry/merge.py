@@ -76,7 +76,7 @@ def _platform(tags: frozenset[object], filename: str) -> tuple[int, int, str]:
     return min(parsed)  # a wheel with several tags needs the oldest of them
 
 
-def _read(build: Build) -> tuple[str, str, dict[str, tuple[bytes, int]]]:
+def _read(build: Build) -> tuple[str, tuple[str, str, str], dict[str, tuple[bytes, int]]]:
     name, version, _, tags = parse_wheel_filename(build.wheel.name)
     files: dict[str, tuple[bytes, int]] = {}
     with zipfile.ZipFile(build.wheel) as zf:
@@ -84,7 +84,7 @@ def _read(build: Build) -> tuple[str, str, dict[str, tuple[bytes, int]]]:
             if not info.is_dir():
                 files[info.filename] = (zf.read(info), (info.external_attr >> 16) & 0o777 or 0o644)
     tag = next(iter(tags))
-    return str(name), f"{version.public}|{tag.interpreter}|{tag.abi}", files
+    return str(name), (version.public, tag.interpreter, tag.abi), files
 
 
 def _metadata(text: str, version: str, requirement: str) -> str:
@@ -120,8 +120,7 @@ def merge(builds: Sequence[Build], out_dir: Path) -> Merged:
     names = {(name, key) for _, name, key, _ in read}
     if len(names) != 1:
         raise MergeConflict(f"the cell wheels are not one project, version and Python: {sorted(names)}")
-    ((project, key),) = names
-    public, interpreter, abi = key.split("|")
+    ((project, (public, interpreter, abi)),) = names
     dist = re.sub(r"[-_.]+", "_", project)
     plats = [_platform(parse_wheel_filename(b.wheel.name)[3], b.wheel.name) for b in builds]
     if len({p[2] for p in plats}) != 1:
