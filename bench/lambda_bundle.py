@@ -12,14 +12,17 @@ Powertools layer provides them (template.yaml Globals Layers); boto3 comes with 
 
 Import time: each handler module named in template.yaml, imported in a fresh interpreter of this
 venv (Python 3.11 here, 3.12 on Lambda) with the function's Powertools variables and
-AWS_LAMBDA_FUNCTION_NAME set (so Tracer patches botocore as it does on Lambda): the wall time of
-`python -c "import <module>"` minus that of `python -c pass`, and the module's cumulative time from
-`-X importtime`; the minimum of --runs runs. Goal: bundle <= 5 MB, every handler <= 300 ms.
+AWS_LAMBDA_FUNCTION_NAME set (as on Lambda): the wall time of `python -c "import <module>"` minus
+that of `python -c pass`, and the module's cumulative time from `-X importtime`; the minimum of
+--runs runs. Goal: bundle <= 5 MB, every handler <= 300 ms. A handler that imports inside its
+function (validate: the planner) only moves that cost to its first call, so the column
+"+ first call" also imports those modules: the cold start's import cost in all.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -112,17 +115,35 @@ def _wall(code: str, env: dict[str, str]) -> float:
 
 
 # What every handler pays before any of this project's code: boto3 (the runtime's) and Powertools'
-# Logger, Metrics and a patching Tracer (the layer's), as handlers/runtime.py creates them.
-FLOOR = "import boto3\nfrom aws_lambda_powertools import Logger, Metrics, Tracer\nLogger(); Metrics(); Tracer()"
+# Logger and Metrics (the layer's), as handlers/runtime.py creates them (no Tracer: its docstring).
+FLOOR = "import boto3\nfrom aws_lambda_powertools import Logger, Metrics\nLogger(); Metrics()"
 
 
-def import_times(module: str, runs: int) -> dict[str, float]:
+def deferred_imports(module: str) -> list[str]:
+    """The modules a handler imports inside a function: loaded at its first call, not at init."""
+    tree = ast.parse((ROOT / "functions" / (module.replace(".", "/") + ".py")).read_text())
+    top = {id(node) for node in tree.body}
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in top:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return sorted(names)
+
+
+def import_times(module: str, runs: int) -> dict[str, Any]:
     env = {**os.environ, **LAMBDA_ENV, "PYTHONPATH": str(ROOT / "functions"), "PYTHONDONTWRITEBYTECODE": "1"}
-    best_wall, best_cumulative = float("inf"), float("inf")
+    best_wall, best_cumulative, best_first = float("inf"), float("inf"), float("inf")
     code = FLOOR if module == "floor" else f"import {module}"
+    deferred = [] if module == "floor" else deferred_imports(module)
     for _ in range(runs):
         base = _wall("pass", env)
         best_wall = min(best_wall, _wall(code, env) - base)
+        if deferred:
+            best_first = min(best_first, _wall("\n".join([code, *(f"import {d}" for d in deferred)]), env) - base)
         if module == "floor":
             continue
         out = subprocess.run(
@@ -135,7 +156,9 @@ def import_times(module: str, runs: int) -> dict[str, float]:
         line = [ln for ln in out.splitlines() if ln.rstrip().endswith(f"| {module}")][-1]
         best_cumulative = min(best_cumulative, int(line.split("|")[1]) / 1000)
     cumulative = None if module == "floor" else round(best_cumulative, 1)
-    return {"wall_ms": round(best_wall * 1000, 1), "importtime_ms": cumulative}
+    wall = round(best_wall * 1000, 1)
+    first = round(best_first * 1000, 1) if deferred else wall
+    return {"wall_ms": wall, "importtime_ms": cumulative, "deferred": deferred, "first_call_ms": first}
 
 
 def main() -> int:
@@ -174,13 +197,16 @@ def main() -> int:
     if not args.no_imports:
         floor = import_times("floor", args.runs)["wall_ms"]
         result["floor_ms"] = floor
-        print(f"\n{'handler module':40} {'import (wall) ms':>17} {'-X importtime ms':>17} {'own code ms':>12}")
-        print(f"{'(floor: boto3 + Powertools + Tracer)':40} {floor:17.1f} {'':>17} {'':>12}")
+        head = f"{'import (wall) ms':>17} {'-X importtime ms':>17} {'own code ms':>12} {'+ first call ms':>16}"
+        print(f"\n{'handler module':40} {head}")
+        print(f"{'(floor: boto3 + Logger + Metrics)':40} {floor:17.1f}")
         for module in handler_modules(ROOT / "template.yaml"):
             times = import_times(module, args.runs)
             times["own_ms"] = round(max(times["wall_ms"] - floor, 0.0), 1)
             result["imports"][module] = times
-            print(f"{module:40} {times['wall_ms']:17.1f} {times['importtime_ms']:17.1f} {times['own_ms']:12.1f}")
+            first = f"{times['first_call_ms']:16.1f}" if times["deferred"] else f"{'=':>16}"
+            cells = f"{times['wall_ms']:17.1f} {times['importtime_ms']:17.1f} {times['own_ms']:12.1f} {first}"
+            print(f"{module:40} {cells}")
     worst = max((t["wall_ms"] for t in result["imports"].values()), default=0.0)
     ok = zipped / 1e6 <= BUNDLE_GOAL_MB and worst <= IMPORT_GOAL_MS
     result["within_goal"] = ok

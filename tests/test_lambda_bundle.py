@@ -1,13 +1,19 @@
 """The Lambda bundle: AWS's Powertools layer by its regional ARN, nothing the runtime or layer has,
-and the bundle's size within the goal (bench/lambda_bundle.py measures the real arm64 build)."""
+the bundle's size within the goal (bench/lambda_bundle.py measures the real arm64 build), and what a
+handler's cold import loads (bench/lambda_bundle.py times it; here only which modules, not how long)."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 
@@ -73,3 +79,33 @@ def test_bundle_stays_within_the_goal() -> None:
                     archive.write(located, f"{name}/{file}")
     size = len(buffer.getvalue())
     assert size <= BUNDLE_GOAL_BYTES, f"the Lambda bundle is {size / 1e6:.2f} MB zipped (goal 5 MB)"
+
+
+# Loaded at a function's init, they cost more than the handler's own work: aws_xray_sdk (Powertools'
+# Tracer, ~200 ms; Lambda's active tracing records the invocations) and the planner with jsonschema
+# (~170 ms, only Validate needs them, at its call). handlers/runtime.py says why.
+NOT_AT_INIT = ("aws_xray_sdk", "jsonschema", "wheelfoundry.planning", "wheelfoundry.catalog")
+
+
+def _modules_after_import(extra_env: dict[str, str]) -> set[str]:
+    """sys.modules after importing every handler of template.yaml in a fresh interpreter, as on Lambda."""
+    handlers = sorted({fn["Properties"]["Handler"].rsplit(".", 1)[0] for fn in _functions()})
+    code = "import json, sys\n" + "".join(f"import {m}\n" for m in handlers) + "print(json.dumps(sorted(sys.modules)))"
+    env = {k: v for k, v in os.environ.items() if k != "WF_TRACE_AWS_CALLS"}
+    env.update({"PYTHONPATH": str(ROOT / "functions"), "AWS_LAMBDA_FUNCTION_NAME": "test", **extra_env})
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
+    return set(json.loads(out))
+
+
+def _functions() -> list[dict[str, Any]]:
+    found = [r for r in template()["Resources"].values() if r["Type"] == "AWS::Serverless::Function"]
+    return [r for r in found if r["Properties"].get("Handler", "").startswith("wheelfoundry.handlers.")]
+
+
+def test_handler_modules_leave_the_tracer_and_the_planner_out_of_the_cold_import() -> None:
+    assert len(_functions()) >= 10  # every handler of the state machine, not an empty list
+    loaded = _modules_after_import({})
+    assert "wheelfoundry.handlers.validate" in loaded and "aws_lambda_powertools" in loaded
+    assert not [m for m in NOT_AT_INIT if m in loaded]
+    # The opt-in keeps working: with WF_TRACE_AWS_CALLS the Tracer (and X-Ray SDK) are back.
+    assert "aws_xray_sdk" in _modules_after_import({"WF_TRACE_AWS_CALLS": "true"})

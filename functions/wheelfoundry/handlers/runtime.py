@@ -3,6 +3,15 @@
 Handlers are ``handler(event, context, environ=None)``: Lambda passes two arguments and the
 function's variables are in ``os.environ``; the embedded AWS passes each function's own
 ``environ``, because ``os.environ`` is shared by the threads of a Map.
+
+Tracing: the functions have ``Tracing: Active`` (template.yaml Globals), so Lambda itself sends
+each invocation's segment (init, invocation, overhead) to X-Ray, linked to the Step Functions
+execution's trace. Powertools' Tracer is not created by default: importing aws_xray_sdk and patching
+botocore cost about 200 ms of every cold start (bench/lambda_bundle.py), more than a handler's own
+work, for one subsegment per AWS call. Set ``WF_TRACE_AWS_CALLS=true`` on a function to get those
+subsegments while investigating; the layer ships aws_xray_sdk.
+Keep this module's imports light: every handler pays for them at each cold start, and a handler
+imports what only its call needs inside the call (tests/test_lambda_bundle.py checks which).
 """
 
 from __future__ import annotations
@@ -15,13 +24,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 # Most handlers publish no metric on most calls; Powertools would warn about that every time.
 warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service="wheelfoundry")
-tracer = Tracer(service="wheelfoundry")
+
+
+def _tracer() -> Any:
+    """Powertools' Tracer only where WF_TRACE_AWS_CALLS asks for it (see the module's docstring)."""
+    if os.environ.get("WF_TRACE_AWS_CALLS", "").lower() != "true":
+        return None
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service="wheelfoundry")
+
+
+tracer = _tracer()
 metrics = Metrics(namespace="WheelFoundry", service="wheelfoundry")
 
 Handler = Callable[..., dict[str, Any]]
@@ -57,7 +77,7 @@ def entrypoint(fn: Callable[[dict[str, Any], Runtime], dict[str, Any]]) -> Handl
     def handler(event: dict[str, Any], context: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         return fn(event, Runtime(environ if environ is not None else os.environ))
 
-    wrapped = tracer.capture_lambda_handler(handler, capture_response=False)
+    wrapped = handler if tracer is None else tracer.capture_lambda_handler(handler, capture_response=False)
     wrapped = metrics.log_metrics(wrapped)
     wrapped = logger.inject_lambda_context(wrapped, clear_state=True)
     return wrapped
