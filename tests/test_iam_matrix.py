@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_iam_eval import Policy, Request, decide
+from wfbuild.credentials import session_policy
+from wheelfoundry_local.iam_policy import Policy, Request, decide
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "security.md"
@@ -20,7 +21,14 @@ START, END = "<!-- iam-matrix:start -->", "<!-- iam-matrix:end -->"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "111122223333", "AWS::StackName": "wf"}
 BUCKET = "arn:aws:s3:::wf-wheels"
 REPO = "arn:aws:ecr:us-east-1:111122223333:repository/wf-builder"
-ATTRIBUTES = {"WheelBucket.Arn": BUCKET, "BuilderRepository.Arn": REPO}
+FRAMEWORK_JOB_ROLE = "arn:aws:iam::111122223333:role/wf-FrameworkJobRole-1"
+EXTENSION_JOB_ROLE = "arn:aws:iam::111122223333:role/wf-ExtensionJobRole-1"
+ATTRIBUTES = {
+    "WheelBucket.Arn": BUCKET,
+    "BuilderRepository.Arn": REPO,
+    "FrameworkJobRole.Arn": FRAMEWORK_JOB_ROLE,
+    "ExtensionJobRole.Arn": EXTENSION_JOB_ROLE,
+}
 
 
 class _Tag:
@@ -83,41 +91,13 @@ def role_policies(logical_id: str) -> list[Policy]:
     return [resolve(p["PolicyDocument"]) for p in role["Properties"].get("Policies", [])]
 
 
-def job_session_policy(prefix: str) -> Policy:
-    """The per-job session policy Launch/StartBuild would pass to sts:AssumeRole (docs/security.md,
-    'Per job'): S3 narrowed to the job's own keys; everything else as the role allows."""
-    own = f"{BUCKET}/{prefix}"
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "NotAction": "s3:*", "Resource": "*"},
-            {
-                "Effect": "Allow",
-                "Action": "s3:PutObject",
-                "Resource": [f"{own}wheels/*", f"{own}manifest.json", f"{own}build.log", f"{BUCKET}/sccache/ext-*"],
-            },
-            {
-                "Effect": "Allow",
-                "Action": "s3:GetObject",
-                "Resource": [
-                    f"{own}job.json",
-                    f"{own}token",
-                    f"{BUCKET}/bundles/*",
-                    f"{BUCKET}/sources/*",
-                    f"{BUCKET}/sccache/ext-*",
-                ],
-            },
-            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET},
-        ],
-    }
-
-
 OWN = "runs/run-a/jobs/job-a/"
 ROWS: list[tuple[str, str, str]] = [
     ("write own job's wheel", "s3:PutObject", f"{BUCKET}/{OWN}wheels/x-1.0-py3-none-any.whl"),
     ("write own job's manifest", "s3:PutObject", f"{BUCKET}/{OWN}manifest.json"),
     ("write another job's wheel (same run)", "s3:PutObject", f"{BUCKET}/runs/run-a/jobs/job-b/wheels/x.whl"),
     ("write another run's wheel", "s3:PutObject", f"{BUCKET}/runs/run-b/jobs/job-c/wheels/x.whl"),
+    ("read own job.json", "s3:GetObject", f"{BUCKET}/{OWN}job.json"),
     ("rewrite own job.json", "s3:PutObject", f"{BUCKET}/{OWN}job.json"),
     ("read another job's job.json", "s3:GetObject", f"{BUCKET}/runs/run-a/jobs/job-b/job.json"),
     ("read another job's task token (CodeBuild)", "s3:GetObject", f"{BUCKET}/runs/run-a/jobs/job-b/token"),
@@ -138,32 +118,39 @@ ROWS: list[tuple[str, str, str]] = [
         "states:SendTaskSuccess",
         "arn:aws:states:us-east-1:111122223333:stateMachine:wf-build",
     ),
+    ("assume the framework job role", "sts:AssumeRole", FRAMEWORK_JOB_ROLE),
+    ("assume the extension job role", "sts:AssumeRole", EXTENSION_JOB_ROLE),
 ]
-ROLES: list[tuple[str, str, bool]] = [  # column, role, with the per-job session policy
-    ("framework EC2", "BuildInstanceRole", False),
-    ("framework CodeBuild", "CodeBuildRole", False),
-    ("extension EC2", "ExtensionBuildInstanceRole", False),
-    ("extension CodeBuild", "CodeBuildExtensionRole", False),
-    ("extension + job session (proposed)", "ExtensionBuildInstanceRole", True),
+# column, role, the cache prefix of the per-job session the runner mints (None: the role as it is)
+ROLES: list[tuple[str, str, str | None]] = [
+    ("framework EC2", "BuildInstanceRole", None),
+    ("framework CodeBuild", "CodeBuildRole", None),
+    ("extension EC2", "ExtensionBuildInstanceRole", None),
+    ("extension CodeBuild", "CodeBuildExtensionRole", None),
+    ("framework job session", "FrameworkJobRole", "sccache/cuda12.4-x86_64/"),
+    ("extension job session", "ExtensionJobRole", "sccache/ext-cpu-x86_64/"),
 ]
 Y, N = True, False
 EXPECTED = {  # one value per column of ROLES
-    "write own job's wheel": (Y, Y, Y, Y, Y),
-    "write own job's manifest": (Y, Y, Y, Y, Y),
-    "write another job's wheel (same run)": (Y, Y, Y, Y, N),
-    "write another run's wheel": (Y, Y, Y, Y, N),
-    "rewrite own job.json": (N, N, N, N, N),
-    "read another job's job.json": (Y, Y, Y, Y, N),
-    "read another job's task token (CodeBuild)": (N, Y, N, Y, N),
-    "publish into a channel": (N, N, N, N, N),
-    "write the index": (N, N, N, N, N),
-    "write the framework cache": (Y, Y, N, N, N),
-    "read the framework cache": (Y, Y, N, N, N),
-    "write the extension cache": (Y, Y, Y, Y, Y),
-    "read the extension cache": (N, N, Y, Y, Y),
-    "push a builder image": (Y, Y, N, N, N),
-    "pull a builder image": (Y, Y, Y, Y, Y),
-    "complete another execution's task": (Y, Y, Y, Y, Y),
+    "write own job's wheel": (Y, Y, Y, Y, N, N),
+    "write own job's manifest": (Y, Y, Y, Y, N, N),
+    "write another job's wheel (same run)": (Y, Y, Y, Y, N, N),
+    "write another run's wheel": (Y, Y, Y, Y, N, N),
+    "read own job.json": (Y, Y, Y, Y, Y, Y),
+    "rewrite own job.json": (N, N, N, N, N, N),
+    "read another job's job.json": (Y, Y, Y, Y, N, N),
+    "read another job's task token (CodeBuild)": (N, Y, N, Y, N, N),
+    "publish into a channel": (N, N, N, N, N, N),
+    "write the index": (N, N, N, N, N, N),
+    "write the framework cache": (Y, Y, N, N, Y, N),
+    "read the framework cache": (Y, Y, N, N, Y, N),
+    "write the extension cache": (Y, Y, Y, Y, N, Y),
+    "read the extension cache": (N, N, Y, Y, N, Y),
+    "push a builder image": (Y, Y, N, N, N, N),
+    "pull a builder image": (Y, Y, Y, Y, N, N),
+    "complete another execution's task": (Y, Y, Y, Y, N, N),
+    "assume the framework job role": (Y, Y, N, N, N, N),
+    "assume the extension job role": (N, N, Y, Y, N, N),
 }
 
 
@@ -173,8 +160,8 @@ def matrix() -> dict[str, tuple[str, ...]]:
     for label, action, resource in ROWS:
         request = Request(action, resource, {"aws:SecureTransport": "true"})
         cells = []
-        for _, role, scoped in ROLES:
-            session = [job_session_policy(OWN)] if scoped else []
+        for _, role, cache in ROLES:
+            session = [] if cache is None else [session_policy("wf-wheels", OWN, cache, "us-east-1")]
             cells.append(decide(request, policies[role], session))
         out[label] = tuple(cells)
     return out

@@ -38,7 +38,8 @@ def test_instances_have_no_inbound_port_imdsv2_and_terminate_on_shutdown() -> No
     for name in ("LaunchTemplateX86", "LaunchTemplateArm64"):
         data = resources()[name]["Properties"]["LaunchTemplateData"]
         assert data["MetadataOptions"]["HttpTokens"] == "required"
-        assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+        # 1: the build containers (bridged, a hop further) never reach IMDS (docs/security.md section 2).
+        assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
         assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
         ebs = data["BlockDeviceMappings"][0]["Ebs"]
         assert ebs["Encrypted"] is True and ebs["VolumeType"] == "gp3"

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import os
 import subprocess
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,32 @@ def build_argv(job: Mapping[str, Any], bundle: Path, tag: str) -> list[str]:
 
 
 def run_argv(
-    tag: str, name: str, env_file: Path, work: Path, bundle: Path, argv: list[str], cache: Path | None = None
+    tag: str,
+    name: str,
+    env_file: Path,
+    work: Path,
+    bundle: Path,
+    argv: list[str],
+    cache: Path | None = None,
+    endpoint: str = "",
 ) -> list[str]:
-    # Host networking: the build reaches the instance's IMDS credentials (sccache on S3) and, in
-    # local runs, the emulator's endpoint, exactly as the host does. A cache dir (WF_CACHE_DIR on
-    # the host) is mounted at /cache so build environments outlive the job.
+    # The default bridge network: the container is a hop further from IMDS than the host, and the
+    # launch templates' hop limit 1 keeps IMDSv2 answers from reaching it, so the build never sees
+    # the instance role (its AWS identity is the job session in /work/meta/aws). On CodeBuild the
+    # container lacks the credentials URI, which only the runner's environment holds. Host
+    # networking only for a local emulator on loopback, which a bridged container could not reach.
+    network = ["--network", "host"] if is_loopback(endpoint) else []
+    # A cache dir (WF_CACHE_DIR on the host) is mounted at /cache so build environments outlive the job.
     mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"] + (["-v", f"{cache}:/cache"] if cache else [])
     return [
-        "docker", "run", "--rm", "--name", name, "--network", "host", "--env-file", str(env_file),
-        *mounts, "-w", "/work", tag, *argv,
+        "docker", "run", "--rm", "--name", name, *network, "--security-opt", "no-new-privileges",
+        "--env-file", str(env_file), *mounts, "-w", "/work", tag, *argv,
     ]  # fmt: skip
+
+
+def is_loopback(endpoint: str) -> bool:
+    host = urllib.parse.urlsplit(endpoint).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def write_env_file(path: Path, env: Mapping[str, str]) -> Path:

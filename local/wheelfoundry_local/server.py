@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 from ._moto import DEFAULT_REGION
+from .iam_enforce import IamEnforcer, enforcing_server
 
 # Fake, but fixed: moto maps any unknown key to its default account 123456789012.
 FAKE_CREDENTIALS = {
@@ -49,6 +50,14 @@ class MotoServer:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def iam(self) -> IamEnforcer:
+        """Every S3 request of an assumed-role session, with its decision."""
+        if self._server is None:
+            raise RuntimeError("moto server not started")
+        enforcer: IamEnforcer = self._server.enforcer
+        return enforcer
+
+    @property
     def running(self) -> bool:
         return self._server is not None
 
@@ -64,8 +73,6 @@ class MotoServer:
     def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("moto server already started")
-        from moto.server import ThreadedMotoServer
-
         # werkzeug logs every request at INFO: thousands of lines per state-machine run. The ASL
         # interpreter logs every failed state (caught or not) as an ERROR with a multi-kilobyte repr
         # of the state; the execution history has the same facts in a usable form.
@@ -73,7 +80,7 @@ class MotoServer:
             self._saved_log_levels[name] = logging.getLogger(name).level
             logging.getLogger(name).setLevel(level)
 
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server = enforcing_server("127.0.0.1", 0)  # S3 authorizes assumed-role sessions (iam_enforce.py)
         server.start()
         self.port = int(server.get_host_and_port()[1])
         self._server = server

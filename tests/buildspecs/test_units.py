@@ -231,6 +231,15 @@ def test_container_stage_env_and_run_argv(tmp_path: Path) -> None:
     argv = container.run_argv("img:tag", "wf-1", env_file, tmp_path / "w", BUNDLE, stage.argv)
     assert argv[-3:] == ["img:tag", "bash", "/bundle/stages/build-library.sh"]
     assert f"{BUNDLE}:/bundle:ro" in argv and "--env-file" in argv
+    # On an instance: bridged (IMDS out of reach at hop limit 1), no privilege gain; host network only
+    # for a loopback emulator.
+    assert "--network" not in argv and argv[argv.index("--security-opt") + 1] == "no-new-privileges"
+    local = container.run_argv(
+        "img:tag", "wf-1", env_file, tmp_path / "w", BUNDLE, stage.argv, None, "http://127.0.0.1:5"
+    )
+    assert local[local.index("--network") + 1] == "host"
+    # The build's AWS identity is the job session's file; nothing of the host's reaches the env file.
+    assert env["AWS_SHARED_CREDENTIALS_FILE"] == os.devnull and env["AWS_EC2_METADATA_DISABLED"] == "true"
     with pytest.raises(ValueError):
         container.write_env_file(tmp_path / "bad.env", {"A": "1\nB=2"})
     job.log.close()

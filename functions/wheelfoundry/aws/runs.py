@@ -29,6 +29,13 @@ class ValidateSettings:
     heartbeat_seconds: int
     max_concurrency: int
     runtime_repository: str = ""  # ECR repository URI of runtime images (image jobs)
+    # The role each trust class's builds get a per-job session of (docs/security.md section 2).
+    framework_job_role: str = ""
+    extension_job_role: str = ""
+
+
+def trust_class(job: Job) -> str:
+    return "extension" if job.kind == "extension" else "framework"
 
 
 def job_summary(job: Job, prefix: str) -> dict[str, Any]:
@@ -40,7 +47,7 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
         "platform": job.platform,
         "executor": job.executor,
         # Extension sources are other people's code: their builds get the extension role (docs/security.md).
-        "trust": "extension" if job.kind == "extension" else "framework",
+        "trust": trust_class(job),
         "instance_type": job.instance.type,
         "spot": job.instance.spot,
         "max_seconds": job.max_seconds,
@@ -89,7 +96,8 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
     summaries = []
     for job in plan.jobs:
         job_prefix = f"{prefix}/jobs/{job.id}/"
-        contract = {"run": {**run, "prefix": job_prefix}, **job.to_dict()}
+        role = settings.extension_job_role if trust_class(job) == "extension" else settings.framework_job_role
+        contract = {"run": {**run, "prefix": job_prefix, "job_role_arn": role}, **job.to_dict()}
         put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
         summaries.append(job_summary(job, job_prefix))
     images = []

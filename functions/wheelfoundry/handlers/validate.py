@@ -23,6 +23,8 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         heartbeat_seconds=int(rt.var("WF_BUILD_HEARTBEAT_SECONDS", "900")),
         max_concurrency=int(rt.var("WF_MAX_CONCURRENT_JOBS", "10")),
         runtime_repository=rt.var("WF_RUNTIME_REPOSITORY", ""),
+        framework_job_role=rt.var("WF_FRAMEWORK_JOB_ROLE_ARN", ""),
+        extension_job_role=rt.var("WF_EXTENSION_JOB_ROLE_ARN", ""),
     )
     result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
     metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))
