@@ -6,7 +6,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,75 @@ class Heartbeat(threading.Thread):
         while not self.stopped.wait(self.interval):
             if not self.beat():
                 return
+
+
+# User metadata of a build.log uploaded while the build runs; the final upload has none, so a
+# reader (wheelfoundry logs --follow) knows the log is complete when the tag is gone.
+LOG_PARTIAL = {"wf-log": "partial"}
+
+
+class _StopAfterUpload(threading.Event):
+    """An Event whose ``set`` waits for an upload in flight: none can then land after the final one."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__()
+        self._upload_lock = lock
+
+    def set(self) -> None:
+        with self._upload_lock:
+            super().set()
+
+
+class LogUploader(threading.Thread):
+    """Puts build.log, as written so far, at its S3 key every ``interval`` seconds (when it grew).
+
+    An EC2 job's only live log: CodeBuild streams to CloudWatch, the SSM agent keeps stdout to
+    itself. Uploads are tagged ``LOG_PARTIAL``; the runner's final upload replaces the object.
+    A failed upload is noted once and retried next interval; it never fails the build.
+    """
+
+    def __init__(self, s3: Any, bucket: str, key: str, log: BuildLog, interval: float) -> None:
+        super().__init__(name="wf-log-upload", daemon=True)
+        self.s3, self.bucket, self.key, self.log, self.interval = s3, bucket, key, log, interval
+        self._lock = threading.Lock()
+        self.stopped = _StopAfterUpload(self._lock)
+        self._sent = 0  # bytes in the last upload; an empty log is not worth one
+        self._warned = False
+
+    def upload(self) -> bool:
+        """One upload if the log grew since the last; False when it did not."""
+        size = self.log.path.stat().st_size
+        if size == self._sent:
+            return False
+        with self.log.path.open("rb") as handle:
+            body = handle.read(size)  # what was written by now; lines still coming go next time
+        self.s3.put_object(
+            Bucket=self.bucket, Key=self.key, Body=body, ContentType="text/plain; charset=utf-8", Metadata=LOG_PARTIAL
+        )
+        self._sent = size
+        return True
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            with self._lock:
+                if self.stopped.is_set():
+                    return
+                try:
+                    self.upload()
+                except (ClientError, BotoCoreError, OSError) as exc:
+                    if not self._warned:
+                        self.log.note(f"live build.log upload failed ({exc}); retrying, the final upload stays")
+                    self._warned = True
+
+
+def start_log_uploads(s3: Any, bucket: str, key: str, log: BuildLog, environ: Mapping[str, str]) -> LogUploader:
+    """A LogUploader every WF_LOG_UPLOAD_SECONDS (default 30), started unless that is 0 or this is
+    CodeBuild (CODEBUILD_BUILD_ID set: its CloudWatch stream is live already, and the follower reads it)."""
+    interval = 0.0 if environ.get("CODEBUILD_BUILD_ID") else float(environ.get("WF_LOG_UPLOAD_SECONDS") or 30)
+    uploader = LogUploader(s3, bucket, key, log, interval)
+    if uploader.interval > 0:
+        uploader.start()
+    return uploader
 
 
 class SpotWatcher(threading.Thread):

@@ -1,17 +1,23 @@
-"""A job's build log: the build.log the runner uploads when it ends, or meanwhile (a CodeBuild job)
-the build's CloudWatch Logs stream, followed until the build ends."""
+"""A job's build log: build.log in S3, which the runner of an EC2 job re-uploads while it builds
+(tagged partial, every WF_LOG_UPLOAD_SECONDS) and once more, complete, when it ends; meanwhile a
+CodeBuild job's CloudWatch Logs stream. ``--follow`` prints only what is new until the log is
+complete or the job has ended."""
 
 from __future__ import annotations
 
+import codecs
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from wheelfoundry_user import EXIT_OK, NotFound, NotReady
-from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.farm import Farm, aws_problem
 from wheelfoundry_user.status import ENDED
 
 Write = Callable[[str], Any]
+# The runner's tag on a build.log taken while the build runs (buildspecs/wfbuild/callback.py LOG_PARTIAL).
+PARTIAL = ("wf-log", "partial")
 
 
 def _cloudwatch(farm: Farm, prefix: str) -> tuple[str, str] | None:
@@ -40,33 +46,83 @@ def _events(farm: Farm, where: tuple[str, str], token: str | None) -> tuple[list
     return [str(e.get("message", "")) for e in page.get("events", [])], page.get("nextForwardToken") or token
 
 
-def show_log(farm: Farm, run: str, job: str, follow: bool, interval: float, write: Write) -> int:
+def _head(farm: Farm, key: str) -> tuple[int, bool] | None:
+    """(size, still partial) of build.log, None while there is none."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        head = farm.client("s3").head_object(Bucket=farm.bucket, Key=key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise aws_problem(exc) from None
+    except BotoCoreError as exc:
+        raise aws_problem(exc) from None
+    return int(head["ContentLength"]), head.get("Metadata", {}).get(PARTIAL[0]) == PARTIAL[1]
+
+
+def _bytes_from(farm: Farm, key: str, offset: int) -> bytes:
+    """build.log from byte ``offset`` on: a Range GET, so a follower reads each byte once."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        body: bytes = farm.client("s3").get_object(Bucket=farm.bucket, Key=key, Range=f"bytes={offset}-")["Body"].read()
+    except (BotoCoreError, ClientError) as exc:
+        raise aws_problem(exc) from None
+    return body
+
+
+def show_log(
+    farm: Farm, run: str, job: str, follow: bool, interval: float, write: Write, note: Write | None = None
+) -> int:
+    note = note or sys.stderr.write
     described = farm.describe(run)
     name = described["name"]
     prefix = f"runs/{name}/jobs/{job}/"
     if farm.get(prefix + "job.json") is None:
         jobs = (farm.get_json(f"runs/{name}/plan.json") or {}).get("jobs", [])
         raise NotFound(f"no job {job!r} in run {name} (jobs: {', '.join(jobs) or 'none yet'})")
+    key = prefix + "build.log"
     token: str | None = None
-    streamed = False
+    streamed = False  # CloudWatch events printed (then S3's copy of the same lines is not)
+    offset = 0  # bytes of build.log printed
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a read may end mid-character
     while True:
-        body = farm.get(prefix + "build.log")
-        if body is not None:
-            if not streamed:
-                write(body.decode(errors="replace"))
+        head = _head(farm, key)
+        partial = head is not None and head[1]
+        if head is not None and not streamed:
+            size = head[0]
+            if size < offset:  # a relaunched instance (spot) began the log again
+                write(decoder.decode(b"", final=True) + "\n[wheelfoundry] build.log began again (a new attempt)\n")
+                offset = 0
+            if size > offset:
+                chunk = _bytes_from(farm, key, offset)
+                offset += len(chunk)
+                write(decoder.decode(chunk))
+        if head is not None and not partial:  # the runner's final upload: the whole log
+            write(decoder.decode(b"", final=True))
             return EXIT_OK
-        where = _cloudwatch(farm, prefix)
-        if where is not None:
-            lines, token = _events(farm, where, token)
-            for line in lines:
-                write(line + "\n")
-            streamed = streamed or bool(lines)
+        if head is None or streamed:
+            where = _cloudwatch(farm, prefix)
+            if where is not None:
+                lines, token = _events(farm, where, token)
+                for line in lines:
+                    write(line + "\n")
+                streamed = streamed or bool(lines)
         ended = farm.describe(name)["status"] in ENDED or farm.get(prefix + "result.json") is not None
+        if partial and (ended or not follow):
+            write(decoder.decode(b"", final=True))
+            note(
+                f"[wheelfoundry] job {job} ended before its final log upload: the log may stop short\n"
+                if ended
+                else f"[wheelfoundry] job {job} is still building: --follow prints the rest as it comes\n"
+            )
+            return EXIT_OK
         if not follow or ended:
             if streamed:
                 return EXIT_OK
             raise NotReady(
-                f"job {job} has no build.log yet: the runner uploads it when the build ends"
+                f"job {job} has no build.log yet: its runner uploads it once the build has started"
                 + (" (it ended without one)" if ended else "; --follow waits for it")
             )
         time.sleep(interval)

@@ -160,14 +160,19 @@ def runner_env(aws: Aws, job_key: str, token: str, work: Path, cache: Path, **ex
     return env
 
 
-def clients(aws: Aws, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Real clients on moto; the Step Functions one records what the runner sends."""
+def clients(
+    aws: Aws, calls: list[tuple[str, dict[str, Any]]], puts: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Real clients on moto; the Step Functions one records what the runner sends (S3's PutObject too)."""
     sfn = boto3.client("stepfunctions", endpoint_url=aws.endpoint, region_name=aws.region)
     for op in ("SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"):
         sfn.meta.events.register(
             f"provide-client-params.states.{op}", lambda params, op=op, **_: calls.append((op, params))
         )
-    return {"s3": boto3.client("s3", endpoint_url=aws.endpoint, region_name=aws.region), "stepfunctions": sfn}
+    s3 = boto3.client("s3", endpoint_url=aws.endpoint, region_name=aws.region)
+    if puts is not None:
+        s3.meta.events.register("provide-client-params.s3.PutObject", lambda params, **_: puts.append(params))
+    return {"s3": s3, "stepfunctions": sfn}
 
 
 def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
@@ -259,15 +264,20 @@ def test_lost_token_stops_the_build_without_callback(aws: Aws, tmp_path: Path) -
     source = tarball(example_source(tmp_path / "src"), "wf-example-ops-0.1.0")
     job, job_key = put_job(aws, "wf-example-ops", source)
     calls: list[tuple[str, dict[str, Any]]] = []
+    puts: list[dict[str, Any]] = []
+    work, cache = tmp_path / "work", tmp_path / "cache"
     env = runner_env(
-        aws, job_key, "not-a-task-token", tmp_path / "work", tmp_path / "cache", WF_HEARTBEAT_SECONDS="0.3"
+        aws, job_key, "not-a-task-token", work, cache, WF_HEARTBEAT_SECONDS="0.3", WF_LOG_UPLOAD_SECONDS="0.1"
     )
     started = time.monotonic()
-    assert runner.run(env, clients(aws, calls)) == 3
+    assert runner.run(env, clients(aws, calls, puts)) == 3
     assert time.monotonic() - started < 60, "the running stage is stopped, not waited for"
     assert {op for op, _ in calls} == {"SendTaskHeartbeat"}
     log = aws.text(f"{job['run']['prefix']}build.log")
     assert "task token gone (InvalidToken): stopping the build" in log
+    # The live log (wheelfoundry logs --follow): partial uploads while it ran, the untagged final one last.
+    logs = [p.get("Metadata") for p in puts if p["Key"] == f"{job['run']['prefix']}build.log"]
+    assert logs[0] == {"wf-log": "partial"} and not logs[-1], logs
     assert json.loads(aws.text(f"{job['run']['prefix']}manifest.json"))["status"] == "failed"
 
 
@@ -337,7 +347,8 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     docker = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c[:2] for c in docker[:2]] == [["image", "inspect"], ["build", "--pull"]]
     tag = docker[0][2]
-    assert tag.startswith("wheelfoundry-builder:x86_64-cpu-") and f"BASE_IMAGE={job['image']['base']}" in docker[1]
+    base = f"BASE_IMAGE={job['image']['base']}@sha256:"  # pinned from base-images.lock
+    assert tag.startswith("wheelfoundry-builder:x86_64-cpu-") and any(a.startswith(base) for a in docker[1])
     runs = [c for c in docker if c[0] == "run"]
     assert [c[c.index(tag) + 1 :] for c in runs] == [
         ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311-torch2.13.0", "--torch", "torch==2.13.0",
