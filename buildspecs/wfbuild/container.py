@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import subprocess
 import urllib.parse
@@ -34,16 +35,33 @@ def image_hash(bundle: Path, recipe: str, base: str, build_args: Mapping[str, st
     return digest.hexdigest()[:12]
 
 
+def pinned_base(bundle: Path, base: str) -> str:
+    """``base@sha256:...`` from the bundle's base-images.lock (docker then verifies the bytes it pulls);
+    a base without a pin is refused, never built from a floating tag (docs/security.md section 5)."""
+    images = bundle / "images"
+    spec = importlib.util.spec_from_file_location("wf_bump_base_images", images / "bump_base_images.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"no bump_base_images.py in {images}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        return str(module.resolve(base, images / "base-images.lock"))
+    except LookupError as exc:
+        raise RuntimeError(f"refusing an unpinned base image: {exc}") from exc
+
+
 def image_tag(job: Mapping[str, Any], bundle: Path) -> str:
     image = job["image"]
     repo = job.get("run", {}).get("ecr_repository") or LOCAL_REPOSITORY
-    return f"{repo}:{image['recipe']}-{image_hash(bundle, image['recipe'], image['base'], image['build_args'])}"
+    base = pinned_base(bundle, image["base"])  # a bumped pin is a new tag
+    return f"{repo}:{image['recipe']}-{image_hash(bundle, image['recipe'], base, image['build_args'])}"
 
 
 def build_argv(job: Mapping[str, Any], bundle: Path, tag: str) -> list[str]:
     image = job["image"]
     argv = ["docker", "build", "--pull", "-f", str(bundle / "images" / f"{image['recipe']}.Dockerfile"), "-t", tag]
-    for key, value in sorted({"BASE_IMAGE": image["base"], **image["build_args"]}.items()):
+    base = pinned_base(bundle, image["base"])
+    for key, value in sorted({"BASE_IMAGE": base, **image["build_args"]}.items()):
         argv += ["--build-arg", f"{key}={value}"]
     return [*argv, str(bundle / "images")]
 

@@ -365,4 +365,6 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert "PYTHONPATH=/bundle\n" in env_file and "WF_SRC_DIR=/work/src/broken-ext\n" in env_file
     assert "WF_CACHE_DIR=/cache\n" in env_file
     assert token not in env_file
+    # No job role in this job.json: the build gets no AWS identity at all (fail closed), none of the host's.
+    assert "AWS_SHARED_CREDENTIALS_FILE=/dev/null\n" in env_file and "AWS_ACCESS_KEY_ID" not in env_file
     assert aws.finished(execution)["status"] == "FAILED"

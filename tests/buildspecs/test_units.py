@@ -210,7 +210,16 @@ def test_image_tag_follows_recipe_and_args(tmp_path: Path) -> None:
     (copy / "images" / "scripts" / "install_acl.sh").write_text("#!/usr/bin/env bash\n")
     assert container.image_tag(job, copy) != tag
     argv = container.build_argv(job, BUNDLE, tag)
-    assert argv[:3] == ["docker", "build", "--pull"] and "BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64" in argv
+    pinned = "BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64@sha256:"
+    assert argv[:3] == ["docker", "build", "--pull"] and any(a.startswith(pinned) for a in argv)
+    # A bumped pin is a new image; a base without a pin is refused before any docker command.
+    lock = copy / "images" / "base-images.lock"
+    lock.write_text(lock.read_text().replace("sha256:f5f0", "sha256:0000"))
+    (copy / "images" / "scripts" / "install_acl.sh").write_text((BUNDLE / "images/scripts/install_acl.sh").read_text())
+    assert container.image_tag(job, copy) != tag
+    cuda = jobs("torch-2.5.1")["torch2.5.1-cuda12.4-x86_64"]
+    with pytest.raises(RuntimeError, match="refusing an unpinned base image: pytorch/manylinux2_28-builder"):
+        container.image_tag(cuda, BUNDLE)
 
 
 def test_container_stage_env_and_run_argv(tmp_path: Path) -> None:
