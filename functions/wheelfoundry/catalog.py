@@ -79,6 +79,8 @@ class Release:
     manylinux: str = "2_28"  # upstream's x86_64 baseline: "2_17" (manylinux2014) or "2_28"
     cuda_build: Mapping[str, CudaBuild] = field(default_factory=dict)
     aarch64: Mapping[str, str] = field(default_factory=dict)  # upstream "openblas" / "acl" tags
+    # exact torch version -> the triton requirement of its CUDA wheels (it moves with patches: 2.3.0/2.3.1)
+    triton: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # fact -> "<ref>:<path>" or "unverified: ..."
 
     @property
@@ -150,6 +152,13 @@ class Catalog:
             requirements=toolkit.requirements if build.requirements is None else build.requirements,
             env={**toolkit.env, **build.env},
         )
+
+    def cuda_requirements(self, release: Release | None, cuda: str, version: str | None) -> tuple[str, ...]:
+        """Requires-Dist of a slim CUDA torch wheel: the toolkit's pins as ``release`` used them, plus the
+        triton that upstream's CUDA wheels of that exact ``version`` require (an RC: its final's)."""
+        pins = self.toolkit_for(release, cuda).requirements
+        triton = release.triton.get(Version(version).base_version) if release and version and pins else None
+        return (*pins, triton) if triton else pins
 
     def cuda_env(self, release: Release | None, cuda: str) -> dict[str, str]:
         """Upstream's build_cuda.sh variables for a slim wheel of ``cuda``."""
@@ -234,6 +243,7 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             manylinux=rel.get("manylinux", "2_28"),
             cuda_build={k: _cuda_build(v) for k, v in rel.get("cuda_build", {}).items()},
             aarch64=dict(rel.get("aarch64", {})),
+            triton=dict(rel.get("triton", {})),
             sources=dict(rel.get("sources", {})),
         )
         for rel in data["release"]

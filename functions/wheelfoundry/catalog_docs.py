@@ -68,6 +68,8 @@ def render(catalog: Catalog) -> str:
             tk = catalog.toolkit_for(r, cuda)
             env = " ".join(f"{k}={v}" for k, v in sorted(catalog.cuda_env(r, cuda).items()))
             pins = f"{len(tk.requirements)} pins" if tk.requirements else "none: no slim wheel"
+            tritons = sorted({req.split(";")[0] for req in r.triton.values()}) if tk.requirements else []
+            pins += f" + {', '.join(tritons)}" if tritons else ""
             out.append(f"| {r.torch} | {cuda} | `{tk.default_arch_list}` | {pins} | {_cell(env)} |")
     out += ["", "## Sources per release", "", "| torch | fact | source |", "|---|---|---|"]
     for r in catalog.releases:

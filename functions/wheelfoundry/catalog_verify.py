@@ -150,7 +150,8 @@ def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
     for cuda, reqs in sorted(facts.requirements.items()):
         if cuda not in release.all_cuda:
             continue
-        ours_r = {_norm_req(r) for r in catalog.toolkit_for(release, cuda).requirements}
+        version = None if release.torch in catalog.moving else release.latest_patch()  # upstream facts: its wheel
+        ours_r = {_norm_req(r) for r in catalog.cuda_requirements(release, cuda, version)}
         theirs_r = {_norm_req(r) for r in reqs}
         c.check(f"cuda.{cuda}.requirements", ours_r, theirs_r, ours_r == theirs_r, "requirements")
     wheel_cudas = set(facts.arch_lists) if facts.nvcc_flags_seen is not None else set()

@@ -105,7 +105,9 @@ def _pytorch_job(
     env = buildenv.torch_env(target, resolved, request.options, arch_list, jobs, context, tid)
     # build_cuda.sh / build_cpu.sh variables, as upstream builds the release
     env.update(catalog.torch_build_env(resolved.release, target.platform, toolkit.version if toolkit else None))
-    requirements = toolkit.requirements if toolkit else ()
+    requirements = (
+        catalog.cuda_requirements(resolved.release, toolkit.version, resolved.torch_version) if toolkit else ()
+    )
     if requirements:
         env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)
     job = Job(

@@ -172,8 +172,8 @@ def read_matrix(text: str, channel: str = "test") -> Matrix:
     cuda = _literal(tree, "CUDA_ARCHES")
     if python is None:
         python = (_literal(tree, "PYTHON_ARCHES_DICT") or {}).get(channel)
-    if cuda is None:
-        cuda = (_literal(tree, "CUDA_ARCHES_DICT") or {}).get(channel)
+    if cuda is None:  # test-infra spelled it CUDA_ACRHES_DICT until 2023 (the 1.12-1.13 matrices)
+        cuda = (_literal(tree, "CUDA_ARCHES_DICT") or _literal(tree, "CUDA_ACRHES_DICT") or {}).get(channel)
     pins = _literal(tree, "PYTORCH_EXTRA_INSTALL_REQUIREMENTS") or {}
     requirements = {str(k): split_requirements(str(v)) for k, v in pins.items() if re.fullmatch(r"\d+\.\d+", str(k))}
     return Matrix(tuple(python or ()), tuple(cuda or ()), requirements)
@@ -186,19 +186,23 @@ def split_requirements(text: str) -> tuple[str, ...]:
 
 # --- wheel metadata, build strings, aarch64 ---------------------------------------------------------
 def metadata_requirements(text: str) -> tuple[str, ...]:
-    """Requires-Dist lines of a torch wheel that are CUDA runtime pins (not extras), markers kept."""
+    """Requires-Dist lines of a torch wheel that its CUDA build adds (nvidia-*, cuda-*, triton; not extras),
+    markers kept; the older ``name (==1.0) ; marker`` spelling (torch <= 2.6) read as ``name==1.0; marker``."""
     out = []
     for line in text.splitlines():
         if line.startswith("Requires-Dist:") and "extra ==" not in line:
             req = line.split(":", 1)[1].strip()
-            if req.startswith(("nvidia-", "cuda-")):
-                out.append(req)
+            if req.startswith(("nvidia-", "cuda-", "triton")):
+                req = re.sub(r"^([\w.\[\],-]+)\s*\(([^)]*)\)\s*", r"\1\2", req)
+                out.append(req.replace(" ;", ";"))
     return tuple(out)
 
 
 def metadata_cuda(text: str) -> str | None:
     """The CUDA a torch wheel was built for, from its runtime pin ("13.0" from cuda-toolkit==13.0.3)."""
-    match = re.search(r"^Requires-Dist:\s*(?:cuda-toolkit\S*==|nvidia-cuda-runtime-cu\d+==)(\d+\.\d+)", text, re.M)
+    match = re.search(
+        r"^Requires-Dist:\s*(?:cuda-toolkit\S*==|nvidia-cuda-runtime-cu\d+\s*\(?==)(\d+\.\d+)", text, re.M
+    )
     return match[1] if match else None
 
 
