@@ -1,0 +1,52 @@
+"""The triton requirement of slim CUDA torch wheels (per exact version) and the readers of older upstream files."""
+
+from __future__ import annotations
+
+from wheelfoundry import upstream
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+
+
+def test_triton_follows_the_exact_torch_version() -> None:
+    catalog = load_catalog()
+    release = catalog.release("2.3")
+    assert release is not None
+    # upstream's 2.3.0 and 2.3.1 CUDA wheels pin the same nvidia-* wheels but different tritons
+    assert catalog.cuda_requirements(release, "12.1", "2.3.0")[-1] == "triton==2.3.0; python_version < '3.12'"
+    assert catalog.cuda_requirements(release, "12.1", "2.3.1")[-1] == "triton==2.3.1; python_version < '3.12'"
+    assert catalog.cuda_requirements(release, "12.1", "2.3.0rc2")[-1] == "triton==2.3.0; python_version < '3.12'"
+    assert not any(r.startswith("triton") for r in catalog.cuda_requirements(release, "12.1", None))
+    old = catalog.release("1.13")
+    assert not any(r.startswith("triton") for r in catalog.cuda_requirements(old, "11.7", "1.13.1"))
+    assert catalog.cuda_requirements(catalog.release("1.12"), "11.3", "1.12.1") == ()  # no pins: no slim wheel
+
+
+def test_planned_cuda_job_carries_triton() -> None:
+    catalog, config = load_catalog(), load_config()
+    raw = {
+        "version": "2.5.1",
+        "python": ["3.12"],
+        "targets": [{"platform": "x86_64", "accelerator": "cuda", "cuda": "12.4"}],
+    }
+    (job,) = plan_request(parse_request(raw, catalog, config), catalog, config).jobs
+    assert job.requirements[-1] == "triton==3.1.0; python_version < '3.13'"
+    assert job.env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"].endswith(" | triton==3.1.0; python_version < '3.13'")
+
+
+def test_readers_of_older_upstream_files() -> None:
+    metadata = (
+        'Requires-Dist: nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"\n'
+        'Requires-Dist: triton (==3.1.0) ; platform_system == "Linux" and python_version < "3.13"\n'
+        'Requires-Dist: sympy (==1.13.1) ; python_version >= "3.9"\n'
+        "Requires-Dist: optree (>=0.12.0) ; extra == 'optree'\n"
+    )
+    assert upstream.metadata_requirements(metadata) == (
+        'nvidia-cuda-runtime-cu12==12.4.127; platform_system == "Linux"',
+        'triton==3.1.0; platform_system == "Linux" and python_version < "3.13"',
+    )
+    assert upstream.metadata_cuda(metadata) == "12.4"
+    # test-infra's matrix of the 1.12/1.13 days spelled the dict CUDA_ACRHES_DICT
+    old = 'FULL_PYTHON_VERSIONS = ["3.7", "3.10"]\nCUDA_ACRHES_DICT = {"test": ["10.2", "11.3"]}\n'
+    assert upstream.read_matrix(old) == upstream.Matrix(("3.7", "3.10"), ("10.2", "11.3"), {})
