@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import boto3
 
-from . import ssm_ext
+from . import instance_roles, ssm_ext
 from ._moto import ACCOUNT_ID, Patches, ec2_backend, iso, utcnow
 from .events import EventDelivery
 
@@ -171,6 +171,7 @@ class SsmAgent:
         run.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SSM_", "MOTO_"))}
         env.update(self.environment)
+        env.update(self._instance_role(region, run.instance_id))
         env.update({f"SSM_{name}": value for name, value in params.items()})
         env.update(
             {
@@ -301,6 +302,13 @@ class SsmAgent:
             self.events.put("aws.ssm", "EC2 Command Invocation Status-change Notification", detail, resources)
         except Exception:  # EventBridge delivery is best effort; the invocation's status stands
             logging.getLogger(__name__).exception("delivering the SSM status event failed")
+
+    def _instance_role(self, region: str, instance_id: str) -> dict[str, str]:
+        """A session of the instance's role for the command (instance_roles.py); none: the emulator's keys."""
+        endpoint = self.environment["AWS_ENDPOINT_URL"]
+        ec2, iam, sts = (boto3.client(n, endpoint_url=endpoint, region_name=region) for n in ("ec2", "iam", "sts"))
+        role = instance_roles.instance_role_arn(ec2, iam, instance_id)
+        return instance_roles.role_environment(sts, role, instance_id) if role else {}
 
     def _upload_output(self, command: Any, run: CommandRun, stdout: str, stderr: str) -> None:
         bucket = command.output_s3_bucket_name

@@ -93,3 +93,9 @@ def test_a_hostile_build_cannot_touch_anything_outside_its_job(
     denied = {(d.principal.split("/")[1], d.action) for d in aws.server.iam.denied()}
     role = stack.physical_id("ExtensionJobRole")
     assert {(role, "s3:PutObject"), (role, "s3:GetObject"), (role, "s3:ListBucket")} <= denied
+    # The runner held the extension instance role (the local agent gives each command its instance's role)
+    # and everything it did was allowed by that role as deployed.
+    runner = stack.physical_id("ExtensionBuildInstanceRole")
+    by_runner = [d for d in aws.server.iam.decisions if d.principal.split("/")[1] == runner]
+    assert {d.action for d in by_runner} >= {"s3:GetObject", "s3:PutObject"}
+    assert all(d.result == "Allow" for d in by_runner), [d for d in by_runner if d.result != "Allow"]
