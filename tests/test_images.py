@@ -13,7 +13,7 @@ import pytest
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
-from wheelfoundry.images import normalize_cc
+from wheelfoundry.images import IMAGE_PLATFORMS, normalize_cc
 from wheelfoundry.jobs import Plan
 from wheelfoundry.model import ImageWheel, RuntimeImage
 from wheelfoundry.planning import plan_request
@@ -147,6 +147,21 @@ def test_extension_images_follow_its_cells() -> None:
     }
     (image,) = plan(raw).images
     assert image.id == "image-torch2.13.0-cpu-py3.11-x86_64" and image.wheels == (ImageWheel("wf-tiny-ext"),)
+
+
+def test_an_image_of_a_platform_the_stacks_image_project_cannot_build_is_refused_before_the_run() -> None:
+    # The one image executor every stack has is RuntimeImageProject: x86_64 CodeBuild (no condition on it).
+    from tests.helpers import resources
+
+    project = resources()["RuntimeImageProject"]
+    assert "Condition" not in project and project["Properties"]["Environment"]["Type"] == "LINUX_CONTAINER"
+    assert "x86_64" in project["Properties"]["Environment"]["Image"] and IMAGE_PLATFORMS == ("x86_64",)
+    both = {**CPU_CUDA, "targets": [{"accelerator": "cpu"}, {"accelerator": "cpu", "platform": "aarch64"}]}
+    found = issues(with_image({"tag": "{run}-{platform}-py{python}"}, both))
+    assert found == {"image": found["image"]} and found["image"].startswith("no image executor for aarch64")
+    extension = {"framework": "extension", "name": "e", "source": {"s3": "s3://b/e.tar.gz"}, "torch": ["2.13"]}
+    assert "image" in issues({**extension, "platforms": ["aarch64"], "image": {"tag": "{run}"}})
+    assert plan(with_image({"tag": "{run}-{variant}-py{python}"})).images  # x86_64 only: planned as before
 
 
 def test_guardrails_count_image_jobs() -> None:

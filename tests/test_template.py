@@ -178,4 +178,12 @@ def test_codebuild_projects_role_and_rule_are_scoped_to_this_stack() -> None:
     pattern = rule["Properties"]["Pattern"]
     assert pattern["detail-type"] == ["CodeBuild Build State Change"]
     assert pattern["detail"]["build-status"] == ["FAILED", "STOPPED", "TIMED_OUT", "FAULT"]
-    assert pattern["detail"]["project-name"] == [{"Ref": "CodeBuildProjectX86"}, {"Ref": "CodeBuildProjectArm64"}]
+    stack_projects = [{"Ref": "CodeBuildProjectX86"}, {"Ref": "CodeBuildProjectArm64"}, {"Ref": "RuntimeImageProject"}]
+    assert pattern["detail"]["project-name"] == stack_projects  # image builds too: BuildImage waits on a token
+    # The backstops reach exactly these projects (least privilege), and know the image project by name.
+    arns = [{"Fn::GetAtt": [p["Ref"], "Arn"]} for p in stack_projects]
+    for name in ("CallbackFunction", "ReaperFunction"):
+        props = resources("AWS::Serverless::Function")[name]["Properties"]
+        assert props["Environment"]["Variables"]["WF_IMAGE_PROJECT"] == {"Ref": "RuntimeImageProject"}
+        codebuild = [s for s in props["Policies"][0]["Statement"] if "codebuild:BatchGetBuilds" in json.dumps(s)]
+        assert [s["Resource"] for s in codebuild] == [arns], name

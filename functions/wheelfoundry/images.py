@@ -23,6 +23,10 @@ from wheelfoundry.targets import check_arch_list, split_arch_list
 PLACEHOLDERS = ("run", "torch", "variant", "python", "platform")
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 CUDA_BASE_MIN = Version("12.6")  # nvidia/cuda publishes ubuntu24.04 runtime images from 12.6 on
+# Image jobs run on the stack's one runtime image project, an x86_64 CodeBuild project (template.yaml
+# RuntimeImageProject, LINUX_CONTAINER); every stack has it (no condition), and nothing else builds
+# images. An aarch64 image there would install aarch64 wheels into an x86_64 base and fail after the run.
+IMAGE_PLATFORMS = ("x86_64",)
 # A sample of every placeholder's widest value: a tag scheme valid with these is valid for any run.
 SAMPLE = {"run": "x" * 40, "torch": "2.10.0.dev20260101", "variant": "cu130", "python": "3.13", "platform": "x86_64"}
 
@@ -141,6 +145,13 @@ def check(
             issues.append(Issue(f"image.cuda[{i}]", f"{cuda} is not a variant of this run", cuda, tuple(cudas_of_run)))
     if isinstance(chosen, list):
         variants = [v for v in variants if v[1] in chosen]
+    foreign = sorted({p for p, _ in variants if p not in IMAGE_PLATFORMS})
+    if foreign:
+        message = (
+            f"no image executor for {', '.join(foreign)}: this stack builds runtime images on x86_64 CodeBuild"
+            " only (RuntimeImageProject); request images from a run of x86_64 targets"
+        )
+        issues.append(Issue("image", message, foreign, IMAGE_PLATFORMS))
     allowed = tuple(run_python)
     for i, py in _items(image.get("python")):
         if isinstance(py, str) and f"image.python[{i}]" not in skip and allowed and py not in allowed:

@@ -142,6 +142,23 @@ def test_the_state_change_callback_fails_only_this_stacks_tokens(given: dict[str
         assert sfn.failures == []
 
 
+IMAGES = BuildSettings("bucket", SETTINGS.projects, "ext-role", image_project="proj-images")
+IMAGE_TOKEN = "runs/r1/jobs/image-torch2.5.1-cpu-py3.12-x86_64/token"  # wheelfoundry.aws.image_builds.token_key
+
+
+def test_an_image_build_that_died_before_calling_back_fails_its_token_only_with_the_image_project_known() -> None:
+    s3, sfn = S3(), Sfn()
+    s3.objects[IMAGE_TOKEN] = TOKEN.encode()
+    given = detail(project="proj-images", key=IMAGE_TOKEN, status="TIMED_OUT")
+    assert on_build_state(given, CodeBuild(), s3, sfn, SETTINGS)["action"] == "ignored"  # the old blind spot
+    assert on_build_state(given, CodeBuild(), s3, sfn, IMAGES)["action"] == "failed-task"
+    (failure,) = sfn.failures
+    assert failure["taskToken"] == TOKEN and failure["error"] == "BuildFailed"
+    assert failure["cause"].startswith("CodeBuild build proj-images:1 ended TIMED_OUT")
+    del s3.objects[IMAGE_TOKEN]  # the image job called back (and deleted its token) before its build failed
+    assert on_build_state(given, CodeBuild(), s3, Sfn(), IMAGES)["action"] == "already-ended"
+
+
 def test_a_task_that_already_ended_is_not_an_error() -> None:
     s3 = S3()
     s3.objects[f"{PREFIX}token"] = TOKEN.encode()
@@ -162,6 +179,26 @@ def test_the_reaper_stops_the_builds_of_an_ended_execution_and_on_the_sweep_of_a
     codebuild.stopped.clear()
     sweep = {"source": "aws.events", "detail-type": "Scheduled Event"}
     assert reap_builds(sweep, codebuild, Sfn(), ["proj-x86", "proj-arm"])["stopped"] == ["proj-x86:1", "proj-arm:1"]
+
+
+def test_the_reaper_stops_the_image_builds_of_an_ended_execution() -> None:
+    builds = [
+        build("proj-images:1", "arn:failed"),
+        build("proj-images:2", "arn:running"),
+        build("proj-x86:1", "arn:gone"),
+    ]
+    codebuild = CodeBuild(builds)
+    ended = {"source": "aws.states", "detail": {"executionArn": "arn:failed", "status": "ABORTED"}}
+    assert reap_builds(ended, codebuild, Sfn(), IMAGES.stack_projects)["stopped"] == ["proj-images:1"]
+    sweep = {"source": "aws.events", "detail-type": "Scheduled Event"}
+    assert sorted(reap_builds(sweep, codebuild, Sfn(), IMAGES.stack_projects)["stopped"]) == [
+        "proj-images:1",
+        "proj-x86:1",
+    ]
+    assert (
+        IMAGES.stack_projects == ("proj-x86", "proj-arm", "proj-images")
+        and "proj-images" not in SETTINGS.stack_projects
+    )
 
 
 def test_the_runner_reads_the_token_from_s3_only_when_none_is_given(tmp_path: Path) -> None:

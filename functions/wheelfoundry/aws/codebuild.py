@@ -50,6 +50,14 @@ class BuildSettings:
     bucket: str
     projects: Mapping[str, str]  # platform -> CodeBuild project name
     extension_role: str = ""  # serviceRoleOverride for extension jobs (a user's setup.py: docs/security.md)
+    # RuntimeImageProject (wheelfoundry.aws.image_builds): never a job's project, but its builds carry
+    # the same WF_TOKEN_KEY / WF_EXECUTION, so the state-change callback and the reaper cover it too.
+    image_project: str = ""
+
+    @property
+    def stack_projects(self) -> tuple[str, ...]:
+        """Every CodeBuild project of this stack whose builds a task token waits on."""
+        return (*self.projects.values(), *([self.image_project] if self.image_project else []))
 
 
 def _key_of(s3: Any, bucket: str, key: str) -> bytes | None:
@@ -250,7 +258,7 @@ def on_build_state(
     """A build of this stack ended badly: fail its task token (when the runner could not)."""
     project, status = detail.get("project-name", ""), detail.get("build-status", "")
     build_id = str(detail.get("build-id", "")).split(":build/", 1)[-1]
-    if project not in settings.projects.values():
+    if project not in settings.stack_projects:
         return {"action": "ignored", "reason": f"{project!r} is not this stack's project"}
     listed = (detail.get("additional-information") or {}).get("environment", {}).get("environment-variables")
     if listed is not None:

@@ -1,5 +1,6 @@
 """Reaper: terminate instances of failed/aborted executions, and any instance past its deadline;
-stop CodeBuild builds of failed/aborted executions, and any whose execution no longer runs."""
+stop CodeBuild builds (job builds and runtime image builds) of failed/aborted executions, and any
+whose execution no longer runs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
     if result["terminated"]:
         metrics.add_metric(name="InstancesReaped", unit="Count", value=len(result["terminated"]))
         logger.warning("reaped instances", extra=result)
-    projects = settings_of(rt).projects.values()
+    projects = settings_of(rt, images=True).stack_projects  # the framework projects and the runtime image project
     builds = reap_builds(event, rt.client("codebuild"), rt.client("stepfunctions"), projects)
     if builds["stopped"]:
         metrics.add_metric(name="BuildsReaped", unit="Count", value=len(builds["stopped"]))

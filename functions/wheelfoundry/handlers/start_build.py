@@ -12,9 +12,11 @@ from wheelfoundry.aws.codebuild import BuildSettings, start
 from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
 
 
-def settings_of(rt: Runtime) -> BuildSettings:
+def settings_of(rt: Runtime, images: bool = False) -> BuildSettings:
+    """``images``: the backstops (Callback, Reaper) cover the runtime image project too, and must know it."""
     projects = {"x86_64": rt.var("WF_CODEBUILD_PROJECT_X86_64"), "aarch64": rt.var("WF_CODEBUILD_PROJECT_AARCH64")}
-    return BuildSettings(rt.var("WF_BUCKET"), projects, rt.var("WF_CODEBUILD_EXTENSION_ROLE", ""))
+    image_project = rt.var("WF_IMAGE_PROJECT") if images else ""
+    return BuildSettings(rt.var("WF_BUCKET"), projects, rt.var("WF_CODEBUILD_EXTENSION_ROLE", ""), image_project)
 
 
 @entrypoint
