@@ -280,6 +280,17 @@ def openblas_version(text: str) -> str | None:
     return _tag_after(text, "OpenBLAS.git") or _tag_after(text, "xianyi/OpenBLAS")
 
 
+def build_strings_abi(text: str) -> bool | None:
+    """The C++11 ABI a wheel was built with, from its CXX flags (-D_GLIBCXX_USE_CXX11_ABI=0/1, up to 2.7) or,
+    where they are not recorded (2.8 on), from how libtorch_cpu.so exports at::TensorBase::toString (the
+    new ABI tags functions returning std::string with B5cxx11); None: neither in the text."""
+    flag = re.search(r"-D_GLIBCXX_USE_CXX11_ABI=([01])\b", text)
+    if flag:
+        return flag[1] == "1"
+    symbol = re.search(r"_ZNK2at10TensorBase8toString(B5cxx11)?Ev\b", text)
+    return (symbol[1] is not None) if symbol else None
+
+
 def abi_rule(text: str) -> bool | None:
     """build_common.sh: the C++11 ABI follows DESIRED_DEVTOOLSET (None: not in this excerpt)."""
     return True if "_GLIBCXX_USE_CXX11_ABI=1" in text else None

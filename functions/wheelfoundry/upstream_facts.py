@@ -114,12 +114,19 @@ def read_files(root: Path, release: Release, provenance: dict[str, str]) -> Upst
         if wheel_cuda and arch:
             facts.arch_lists[wheel_cuda] = arch
             facts.provenance["arch_list"] = cite["build_strings"]
-        facts.nvcc_flags_seen = text
-        facts.provenance["env"] = cite["build_strings"]
+        if "-Xfatbin" in text:  # the wheel recorded its CUDA flags (not every release's strings hold them)
+            facts.nvcc_flags_seen = text
+            facts.provenance["env"] = cite["build_strings"]
+        if (abi := upstream.build_strings_abi(text)) is not None:
+            facts.cxx11_abi = abi
+            facts.provenance["cxx11_abi"] = cite["build_strings"]
     if (text := files.text("torch_config")) is not None:
-        config_env, facts.cxx11_abi = upstream.torch_config(text)
+        config_env, abi = upstream.torch_config(text)
         facts.cpu_env.update(config_env)
-        facts.provenance.update(cpu_env=cite["torch_config"], cxx11_abi=cite["torch_config"])
+        facts.provenance["cpu_env"] = cite["torch_config"]
+        if abi is not None:
+            facts.cxx11_abi = abi
+            facts.provenance["cxx11_abi"] = cite["torch_config"]
     if (text := files.text("build_cpu")) is not None:
         exports = upstream.cuda_exports(text, "cpu")
         facts.cpu_env = {k: v for k, v in exports.items() if k not in INFORMATIONAL}
