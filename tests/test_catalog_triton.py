@@ -47,6 +47,10 @@ def test_readers_of_older_upstream_files() -> None:
         'triton==3.1.0; platform_system == "Linux" and python_version < "3.13"',
     )
     assert upstream.metadata_cuda(metadata) == "12.4"
+    assert upstream.build_strings_abi(" -D_GLIBCXX_USE_CXX11_ABI=0 -fabi-version=11 -O2\n") is False
+    assert upstream.build_strings_abi("-gencode;arch=compute_90,code=sm_90\n_ZNK2at10TensorBase8toStringB5cxx11Ev\n")
+    assert upstream.build_strings_abi("_ZNK2at10TensorBase8toStringEv\n") is False
+    assert upstream.build_strings_abi("-gencode;arch=compute_90,code=sm_90\n") is None
     # test-infra's matrix of the 1.12/1.13 days spelled the dict CUDA_ACRHES_DICT
     old = 'FULL_PYTHON_VERSIONS = ["3.7", "3.10"]\nCUDA_ACRHES_DICT = {"test": ["10.2", "11.3"]}\n'
     assert upstream.read_matrix(old) == upstream.Matrix(("3.7", "3.10"), ("10.2", "11.3"), {})
