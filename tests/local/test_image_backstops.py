@@ -48,8 +48,9 @@ def build_image_only(aws: EmbeddedAws, stack: DeployedStack) -> None:
     aws.client("stepfunctions").update_state_machine(stateMachineArn=stack.state_machine_arn, definition=narrowed)
 
 
-def image_request(aws: EmbeddedAws, stack: DeployedStack, phases: dict[str, list[str]]) -> dict[str, Any]:
-    """A bundle whose codebuild/image.yml runs `phases`, and the BuildImage state's input for it."""
+def image_request(aws: EmbeddedAws, stack: DeployedStack, run: str, phases: dict[str, list[str]]) -> dict[str, Any]:
+    """A bundle whose codebuild/image.yml runs `phases`, and the BuildImage state's input for it. Each
+    execution is its own run, as on AWS: the token's key (runs/<run>/jobs/<image>/token) is the run's."""
     spec = {"version": 0.2, "env": {"shell": "bash"}, "phases": {k: {"commands": v} for k, v in phases.items()}}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -58,9 +59,9 @@ def image_request(aws: EmbeddedAws, stack: DeployedStack, phases: dict[str, list
     bucket = stack.outputs["WheelBucketName"]
     aws.client("s3").put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
     # Validate's image summary; 90 s so that a missing backstop fails this test at States.Timeout
-    image = {"id": IMAGE_ID, "key": f"runs/r1/images/{IMAGE_ID}/image.json", "timeout_seconds": 90}
+    image = {"id": IMAGE_ID, "key": f"runs/{run}/images/{IMAGE_ID}/image.json", "timeout_seconds": 90}
     image["compute_type"] = "BUILD_GENERAL1_MEDIUM"
-    return {"image": image, "run": {"id": "r1", "bucket": bucket, "bundle_key": key}}
+    return {"image": image, "run": {"id": run, "bucket": bucket, "bundle_key": key}}
 
 
 def image_builds(aws: EmbeddedAws, stack: DeployedStack) -> list[Any]:
@@ -73,10 +74,10 @@ def test_a_dead_image_build_fails_its_task_and_an_aborted_executions_image_build
 ) -> None:
     # One deploy for both cases (CI time): their executions run side by side, each with its own bundle.
     build_image_only(aws, stack)
-    dies = image_request(aws, stack, {"install": ["echo no docker here >&2", "exit 7"], "build": ["sleep 60"]})
+    dies = image_request(aws, stack, "r1", {"install": ["echo no docker here >&2", "exit 7"], "build": ["sleep 60"]})
     started = time.monotonic()
     dead = aws.start_execution(stack.state_machine_arn, dies)
-    aborted = aws.start_execution(stack.state_machine_arn, image_request(aws, stack, {"build": ["sleep 120"]}))
+    aborted = aws.start_execution(stack.state_machine_arn, image_request(aws, stack, "r2", {"build": ["sleep 120"]}))
 
     # 1. The build failed in INSTALL, before any image job could call back: the state-change rule failed
     # the BuildImage task (caught by its ImageFailed Pass), long before the state's timeout.
