@@ -30,6 +30,7 @@ CANDIDATES = {
     "build_strings": ("build-strings.txt",),
     "torch_config": ("torch-config.txt",),  # python -c "import torch; print(torch.__config__.show())"
     "version": ("version.txt",),
+    "aarch64_strings": ("aarch64-strings.txt",),  # strings of a published aarch64 wheel's ACL and OpenBLAS
 }
 
 

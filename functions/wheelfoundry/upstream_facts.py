@@ -7,6 +7,7 @@ from such files (the test fixtures: facts and provenance, not copies of upstream
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,12 @@ def read_files(root: Path, release: Release, provenance: dict[str, str]) -> Upst
         facts.acl = upstream.acl_version(text)
         facts.openblas = upstream.openblas_version(text)
         facts.provenance["aarch64"] = cite["aarch64"]
+    if (text := files.text("aarch64_strings")) is not None:  # the libraries' own version strings
+        acl = re.search(r"arm_compute_version=(v[\d.]+)", text)
+        blas = re.search(r"OpenBLAS (\d+\.\d+\.\d+)", text)
+        facts.acl = facts.acl or (acl[1] if acl else None)
+        facts.openblas = facts.openblas or (f"v{blas[1]}" if blas else None)
+        facts.provenance["aarch64"] = cite["aarch64_strings"]
     if (text := files.text("openblas")) is not None and facts.openblas is None:
         facts.openblas = upstream.openblas_version(text)
         facts.provenance["aarch64"] = cite["openblas"]
