@@ -1,12 +1,15 @@
-"""The triton requirement of slim CUDA torch wheels (per exact version) and the readers of older upstream files."""
+"""The triton requirement of slim CUDA torch wheels (per exact version); readers of published wheels and older files."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from wheelfoundry import upstream
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
+from wheelfoundry.upstream_facts import read_files
 
 
 def test_triton_follows_the_exact_torch_version() -> None:
@@ -54,3 +57,9 @@ def test_readers_of_older_upstream_files() -> None:
     # test-infra's matrix of the 1.12/1.13 days spelled the dict CUDA_ACRHES_DICT
     old = 'FULL_PYTHON_VERSIONS = ["3.7", "3.10"]\nCUDA_ACRHES_DICT = {"test": ["10.2", "11.3"]}\n'
     assert upstream.read_matrix(old) == upstream.Matrix(("3.7", "3.10"), ("10.2", "11.3"), {})
+
+
+def test_aarch64_versions_from_a_wheels_libraries(tmp_path: Path) -> None:
+    (tmp_path / "aarch64-strings.txt").write_text("OpenBLAS 0.3.28 DYNAMIC_ARCH\narm_compute_version=v24.09\n")
+    facts = read_files(tmp_path, load_catalog().release("2.6"), {"aarch64_strings": "PyPI torch-2.6.0 aarch64"})
+    assert (facts.acl, facts.openblas, facts.provenance["aarch64"]) == ("v24.09", "v0.3.28", "PyPI torch-2.6.0 aarch64")

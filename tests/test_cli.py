@@ -125,8 +125,8 @@ def test_dry_run_shows_image_environment_and_stages_per_job() -> None:
     assert "TORCH_CUDA_ARCH_LIST='8.0;8.6;9.0+PTX'" in cuda and "FROM pytorch/manylinux2_28-builder:cuda12.4" in cuda
     assert "slim CUDA requirements" in cuda and "nvidia-cudnn-cu12==9.1.0.70" in cuda and "USE_CUDA=1" in cuda
     assert "BLAS=OpenBLAS" in arm and "USE_MKLDNN_ACL=1" in arm and "ACL_ROOT_DIR=/acl" in arm
-    # ACL v24.04: what upstream built 2.5 with (catalog release 2.5, pytorch/builder@release/2.5)
-    assert "build-arg OPENBLAS_VERSION=v0.3.30" in arm and "build-arg ACL_VERSION=v24.04" in arm
+    # ACL v24.04 and OpenBLAS v0.3.25: what upstream built 2.5 with (catalog release 2.5)
+    assert "build-arg OPENBLAS_VERSION=v0.3.25" in arm and "build-arg ACL_VERSION=v24.04" in arm
     assert "USE_CUDA=0" in cpu and "BLAS=MKL" in cpu
 
 

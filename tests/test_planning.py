@@ -58,9 +58,9 @@ def test_aarch64_job_uses_openblas_acl_and_64k_pages() -> None:
     assert env["BLAS"] == "OpenBLAS" and env["USE_MKLDNN"] == "1" and env["USE_MKLDNN_ACL"] == "1"
     assert env["ACL_ROOT_DIR"] == "/acl"
     assert "max-page-size=0x10000" in env["CMAKE_SHARED_LINKER_FLAGS"]
-    # 2.5.1: ACL as upstream built it (catalog: pytorch/builder@release/2.5 aarch64_wheel_ci_build.py);
-    # its OpenBLAS was not readable, so the farm's pin applies.
-    assert job.image.build_args["OPENBLAS_VERSION"] == "v0.3.30" and job.image.build_args["ACL_VERSION"] == "v24.04"
+    # 2.5.1: ACL and OpenBLAS as upstream built them (catalog: pytorch/builder@release/2.5
+    # aarch64_wheel_ci_build.py; the strings of the PyPI 2.5.1 aarch64 wheel's bundled libraries)
+    assert job.image.build_args["OPENBLAS_VERSION"] == "v0.3.25" and job.image.build_args["ACL_VERSION"] == "v24.04"
     assert job.image.manylinux == "manylinux_2_28_aarch64"
 
 
