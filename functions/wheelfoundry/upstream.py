@@ -31,6 +31,7 @@ CANDIDATES = {
     "torch_config": ("torch-config.txt",),  # python -c "import torch; print(torch.__config__.show())"
     "version": ("version.txt",),
     "aarch64_strings": ("aarch64-strings.txt",),  # strings of a published aarch64 wheel's ACL and OpenBLAS
+    "needed": ("needed.txt",),  # readelf -d NEEDED entries of a published CUDA wheel's torch/lib/*.so
 }
 
 

@@ -76,9 +76,32 @@ class UpstreamFacts:
         for name in ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(other, name))
-        for name in ("arch_lists", "requirements", "env", "cpu_env", "aarch64_env", "provenance"):
+        for name in ("arch_lists", "requirements", "cpu_env", "aarch64_env"):
             for key, value in getattr(other, name).items():
                 getattr(self, name).setdefault(key, value)
+        for cuda, env in other.env.items():  # one CUDA's variables may come from several files
+            mine = self.env.setdefault(cuda, {})
+            for var, value in env.items():
+                mine.setdefault(var, value)
+        for key, text in other.provenance.items():  # every file a kind of fact came from
+            seen = self.provenance.get(key)
+            self.provenance[key] = text if seen is None else seen if text in seen else f"{seen}; {text}"
+
+
+# A CUDA wheel's libraries link these dynamically only when upstream built it with these switches; the
+# absence of a library proves nothing (it may be dlopen'ed), so only present ones become facts.
+_NEEDED_ENV = (
+    (r"libcudart\.so", "USE_CUDA_STATIC_LINK", "0"),
+    (r"libnccl\.so", "USE_STATIC_NCCL", "0"),
+    (r"libcupti\.so", "USE_CUPTI_SO", "1"),
+    (r"libcusparseLt[.-]", "USE_CUSPARSELT", "1"),
+    (r"libcufile\.so", "USE_CUFILE", "1"),
+)
+
+
+def needed_env(text: str) -> dict[str, str]:
+    """Build switches a CUDA wheel's NEEDED entries (``readelf -d``) show."""
+    return {var: value for pattern, var, value in _NEEDED_ENV if re.search(rf"NEEDED \[?{pattern}", text)}
 
 
 def read_files(root: Path, release: Release, provenance: dict[str, str]) -> UpstreamFacts:
@@ -121,6 +144,10 @@ def read_files(root: Path, release: Release, provenance: dict[str, str]) -> Upst
         if (abi := upstream.build_strings_abi(text)) is not None:
             facts.cxx11_abi = abi
             facts.provenance["cxx11_abi"] = cite["build_strings"]
+    if (text := files.text("needed")) is not None and wheel_cuda:
+        facts.env.setdefault(wheel_cuda, {}).update(needed_env(text))
+        seen = facts.provenance.get("env")
+        facts.provenance["env"] = f"{seen}; {cite['needed']}" if seen else cite["needed"]
     if (text := files.text("torch_config")) is not None:
         config_env, abi = upstream.torch_config(text)
         facts.cpu_env.update(config_env)
