@@ -9,7 +9,7 @@ from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-from wheelfoundry.upstream_facts import read_files
+from wheelfoundry.upstream_facts import needed_env, read_files
 
 
 def test_triton_follows_the_exact_torch_version() -> None:
@@ -63,3 +63,10 @@ def test_aarch64_versions_from_a_wheels_libraries(tmp_path: Path) -> None:
     (tmp_path / "aarch64-strings.txt").write_text("OpenBLAS 0.3.28 DYNAMIC_ARCH\narm_compute_version=v24.09\n")
     facts = read_files(tmp_path, load_catalog().release("2.6"), {"aarch64_strings": "PyPI torch-2.6.0 aarch64"})
     assert (facts.acl, facts.openblas, facts.provenance["aarch64"]) == ("v24.09", "v0.3.28", "PyPI torch-2.6.0 aarch64")
+
+
+def test_build_switches_from_a_cuda_wheels_needed_libraries() -> None:
+    needed = "libtorch_cuda.so NEEDED [libcudart.so.12]\nlibtorch_cuda.so NEEDED [libcusparseLt-294d6944.so.0]\n"
+    needed += "libtorch_cuda.so NEEDED [libnccl.so.2]\n"
+    # no libcupti / libcufile: nothing is said about USE_CUPTI_SO / USE_CUFILE (they may be dlopen'ed)
+    assert needed_env(needed) == {"USE_CUDA_STATIC_LINK": "0", "USE_STATIC_NCCL": "0", "USE_CUSPARSELT": "1"}
