@@ -18,15 +18,14 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from tests.helpers import ROOT, template
+from tools.lock_lambda_requirements import LAYER_PROVIDED, RUNTIME_PROVIDED, parse_lock
 
 BUNDLE_GOAL_BYTES = 5_000_000
-RUNTIME_PROVIDED = {"boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six"}
-LAYER_PROVIDED = {"aws-lambda-powertools", "aws-xray-sdk", "wrapt"}
 
 
 def _requirements() -> list[Requirement]:
-    lines = (ROOT / "functions/requirements.txt").read_text().splitlines()
-    return [Requirement(ln) for ln in lines if ln.strip() and not ln.startswith("#")]
+    locked = parse_lock((ROOT / "functions/requirements.txt").read_text())
+    return [Requirement(f"{name}=={version}") for name, (version, _) in locked.items()]
 
 
 def test_functions_use_the_powertools_layer_of_their_region_runtime_and_architecture() -> None:
@@ -45,7 +44,8 @@ def test_lambda_requirements_leave_out_what_the_runtime_and_the_layer_provide() 
     assert names, "functions/requirements.txt lists nothing"
     assert not names & RUNTIME_PROVIDED, names & RUNTIME_PROVIDED
     assert not names & LAYER_PROVIDED, names & LAYER_PROVIDED
-    assert all(r.extras == set() for r in _requirements())  # e.g. powertools[tracer] would pull botocore
+    # no extras (e.g. powertools[tracer] would pull botocore)
+    assert not [ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if "[" in ln.split("#")[0]]
 
 
 def _closure(requirements: list[Requirement]) -> set[str]:
@@ -109,3 +109,16 @@ def test_handler_modules_leave_the_tracer_and_the_planner_out_of_the_cold_import
     assert not [m for m in NOT_AT_INIT if m in loaded]
     # The opt-in keeps working: with WF_TRACE_AWS_CALLS the Tracer (and X-Ray SDK) are back.
     assert "aws_xray_sdk" in _modules_after_import(["wheelfoundry.handlers.runtime"], {"WF_TRACE_AWS_CALLS": "true"})
+
+
+# Layer version -> the Powertools release it carries (issue 7689 of aws-powertools/powertools-lambda-python:
+# layer 27 was created with 3.23.0). Extend when the default moves.
+LAYER_POWERTOOLS = {27: "3.23.0"}
+
+
+def test_tests_run_the_powertools_that_the_default_layer_carries() -> None:
+    default = template()["Parameters"]["PowertoolsLayerVersion"]["Default"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (pin,) = re.findall(r'"aws-lambda-powertools==([^"]+)"', pyproject)
+    assert LAYER_POWERTOOLS[int(default)] == pin, (default, pin)
+    assert metadata.version("aws-lambda-powertools") == pin

@@ -114,9 +114,14 @@ def test_image_requirements_carry_hashes(name: str) -> None:
         assert re.match(r"^[A-Za-z0-9._-]+==[^ ]+ ", line) and re.search(r"--hash=sha256:[0-9a-f]{64}", line), line
 
 
-def test_lambda_requirements_are_exact_pins() -> None:
-    lines = [ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if ln and ln[0] != "#"]
-    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[0-9][0-9A-Za-z.]*", ln) for ln in lines), lines
+def test_lambda_requirements_are_exact_pins_with_hashes() -> None:
+    from tools.lock_lambda_requirements import parse_lock
+
+    locked = parse_lock((ROOT / "functions/requirements.txt").read_text())
+    assert locked and all(re.fullmatch(r"[0-9][0-9A-Za-z.]*", version) for version, _ in locked.values()), locked
+    assert all(hashes for _, hashes in locked.values()), locked  # pip's hash mode needs every line hashed
+    # the one compiled dependency carries a wheel per architecture (arm64 for Lambda, x86_64 for the host)
+    assert len(locked["rpds-py"][1]) == 2, locked["rpds-py"]
 
 
 def _fetch(tmp_path: Path, name: str, content: bytes, scripts: Path = SCRIPTS) -> subprocess.CompletedProcess[str]:
