@@ -275,6 +275,18 @@ def install(patches: Patches, runtime: LambdaRuntime) -> None:
         return name.lower() if resource_type in _LOWER_CASE_NAMES else name
 
     patches.set(parsing, "generate_resource_name", generate_resource_name)
+
+    clean = vars(parsing)["clean_json"]
+
+    def clean_json(resource_json: Any, resources_map: Any) -> Any:
+        # CloudFormation leaves an AWS::NoValue list element out (`!If [Cond, item, !Ref AWS::NoValue]`
+        # in a policy's Statement list); moto drops such dict values but keeps a None in lists, which
+        # would reach IAM as a null statement. moto's recursion calls this name, so nesting is covered.
+        if isinstance(resource_json, list):
+            return [v for v in (clean_json(item, resources_map) for item in resource_json) if v is not None]
+        return clean(resource_json, resources_map)
+
+    patches.set(parsing, "clean_json", clean_json)
     _Active.runtime = runtime
     _Active.responses = _ResponseCatcher()
 

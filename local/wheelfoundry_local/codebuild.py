@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import codebuild_api
+from . import codebuild_api, instance_roles
 from ._moto import ACCOUNT_ID, Patches
 from .codebuild_api import FINAL, Build
 from .events import EventDelivery
@@ -251,9 +251,21 @@ class LocalCodeBuild:
             "CODEBUILD_SRC_DIR": str(build.root / "src"),
             "CODEBUILD_BUILD_SUCCEEDING": "1",
         }
+        env |= self._role_session(build)
         for folder in ("src", "tmp"):
             (build.root / folder).mkdir(parents=True, exist_ok=True)
         return env
+
+    def _role_session(self, build: Build) -> dict[str, str]:
+        """The build runs as its service role (instance_roles.py), never with the emulator's own keys."""
+        import boto3
+
+        endpoint = self.environment["AWS_ENDPOINT_URL"]
+        iam, sts = (boto3.client(n, endpoint_url=endpoint, region_name=build.region) for n in ("iam", "sts"))
+        if not build.service_role:
+            raise LookupError("the project has no service role")
+        session = "AWSCodeBuild-" + build.id.split(":", 1)[1]  # as CodeBuild names its role sessions
+        return instance_roles.service_role_environment(iam, sts, build.service_role, session)
 
     def _phases(self, build: Build, spec: dict[str, Any], env: dict[str, str], log: Any) -> str:
         deadline = build.started + build.timeout_minutes * self.seconds_per_minute

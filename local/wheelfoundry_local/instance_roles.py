@@ -1,10 +1,12 @@
-"""An instance's role, as the local agent's runner holds it (the embedded S3 then enforces it).
+"""An instance's (or a CodeBuild build's) role, as the local runner holds it (the embedded S3 enforces it).
 
 On EC2 the SSM agent's commands run with the instance profile's role. Here one machine plays every
 instance, so the agent asks the emulator which profile the instance was launched with (RunInstances'
 ``IamInstanceProfile``, else its launch template's; moto does not copy the latter onto the instance)
 and gives the command a session of that role, named after the instance as EC2 names it. Requests the
-runner signs with it are authorized by ``iam_enforce.py`` against the role as deployed.
+runner signs with it are authorized by ``iam_enforce.py`` against the role as deployed. The local
+CodeBuild does the same with the build's service role (StartBuild's ``serviceRoleOverride``, else the
+project's), as CodeBuild hands a build its service role's credentials.
 """
 
 from __future__ import annotations
@@ -43,3 +45,16 @@ def role_environment(sts: Any, role_arn: str, instance_id: str) -> dict[str, str
         "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
         "AWS_SESSION_TOKEN": creds["SessionToken"],
     }
+
+
+def service_role_environment(iam: Any, sts: Any, role: str, session_name: str) -> dict[str, str]:
+    """AWS_* variables holding a session of a CodeBuild service role given by ARN or name.
+
+    Raises LookupError when the role does not exist: CodeBuild then cannot start the build either.
+    """
+    name = role.rsplit("/", 1)[-1]
+    try:
+        arn = str(iam.get_role(RoleName=name)["Role"]["Arn"])
+    except iam.exceptions.NoSuchEntityException as exc:
+        raise LookupError(f"CodeBuild cannot assume the service role {role!r}: no such role") from exc
+    return role_environment(sts, arn, session_name)

@@ -85,6 +85,17 @@ def test_class_roles_are_enforced_as_deployed(aws: EmbeddedAws, wf_stack: Deploy
     _denied(framework.get_object, Bucket=bucket, Key=f"{CACHE}k")  # no cache prefix in its session: none
     # The emulator's own credentials stay the administrator's.
     aws.client("s3").put_object(Bucket=bucket, Key="simple/index.html", Body=b"ok")
+    # A role with a conditional statement (`!If [CodeBuildInVpc, ..., !Ref AWS::NoValue]`) is deployed
+    # without it, as CloudFormation does, and is enforced like any other.
+    from wheelfoundry_local.iam_enforce import role_policies
+
+    policies = role_policies(_role_arn(wf_stack, "CodeBuildExtensionRole"))
+    statements = [st for doc in policies for st in doc["Statement"]]
+    assert statements and None not in statements
+    assert "VpcNetworkInterfaces" not in {st.get("Sid") for st in statements}  # the stack is not in a VPC
+    codebuild = _session(aws, _role_arn(wf_stack, "CodeBuildExtensionRole"))
+    codebuild.put_object(Bucket=bucket, Key=f"{OWN}manifest.json", Body=b"{}")
+    assert "explicit deny" in _denied(codebuild.put_object, Bucket=bucket, Key="sccache/cpu-x86_64/k", Body=b"p")
 
 
 def test_job_credentials_mint_refresh_and_fail_closed(

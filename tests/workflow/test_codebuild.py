@@ -94,6 +94,12 @@ def test_the_extension_is_built_on_codebuild_published_and_installable(
     (build,) = builds(aws)
     assert build.status == "SUCCEEDED" and build.environment["computeType"].startswith("BUILD_GENERAL1_")
     assert build.service_role == stack.physical_id("CodeBuildExtensionRole")  # a user's setup.py: its own role
+    # The build held a session of that role (never the emulator's keys), and the role as deployed allowed
+    # everything it did in S3; the build's own job session did the rest (docs/security.md §2).
+    session = f"{stack.physical_id('CodeBuildExtensionRole')}/AWSCodeBuild-{build.id.split(':', 1)[1]}"
+    by_build = [d for d in aws.server.iam.decisions if d.principal.endswith(session)]
+    assert {d.action for d in by_build} >= {"s3:GetObject", "s3:PutObject"}, by_build
+    assert all(d.result == "Allow" for d in by_build), [d for d in by_build if d.result != "Allow"]
     run_id, (job_id,) = result.output["run_id"], job_ids(aws)
     prefix = f"runs/{run_id}/jobs/{job_id}/"
     record = s3_json(aws, stack, f"{prefix}build.json")
