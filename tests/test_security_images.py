@@ -105,6 +105,40 @@ def test_the_configured_tool_versions_have_pinned_checksums() -> None:
     assert f"OpenBLAS-{tools['openblas'].lstrip('v')}.tar.gz" in sums
 
 
+def test_every_catalog_aarch64_pin_is_checksummed_or_named_as_not_yet_pinned() -> None:
+    """An aarch64 image build refuses a tool release without a sha256; that list must be known, not found."""
+    from wheelfoundry.catalog import load_catalog
+
+    sums, text = _checksums(), (SCRIPTS / "checksums.sha256").read_text()
+    block = text[text.index("NOT YET PINNED") :].splitlines()
+    comment = "\n".join(block[: 1 + next(i for i, ln in enumerate(block[1:]) if not ln.startswith("#"))])
+    not_yet = set(re.findall(r"v\d+\.\d+(?:\.\d+)?", comment))
+    missing = set()
+    for release in load_catalog().releases:
+        for tool, tag in release.aarch64.items():
+            name = {"acl": "ComputeLibrary", "openblas": "OpenBLAS"}[tool] + f"-{tag.lstrip('v')}.tar.gz"
+            if name not in sums:
+                missing.add(tag)
+    assert missing == not_yet, (missing, not_yet)  # e.g. ACL v52.6.0, refused until someone pins it
+    assert "ComputeLibrary-24.04.tar.gz" in sums and "OpenBLAS-0.3.25.tar.gz" in sums  # torch 2.5 builds
+
+
+@pytest.mark.parametrize(("version", "expected"), [("v52.6.0", "no pinned sha256"), ("v24.04", "does not match")])
+def test_install_acl_downloads_the_tag_archive_through_the_checksum_gate(
+    tmp_path: Path, version: str, expected: str
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "curl"  # writes bytes that are not the release: the gate must refuse them
+    fake.write_text('#!/bin/bash\nwhile [[ $# -gt 0 ]]; do [[ $1 == --output ]] && echo evil > "$2"; shift; done\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ACL_VERSION": version, "ACL_ROOT": str(tmp_path)}
+    result = subprocess.run(["bash", str(SCRIPTS / "install_acl.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and expected in result.stderr, result.stderr
+    assert f"ComputeLibrary-{version.lstrip('v')}.tar.gz" in result.stderr
+    assert not (tmp_path / "build").exists()  # nothing was built or installed
+
+
 @pytest.mark.parametrize("name", ["tools-requirements.txt", "mkl-requirements.txt"])
 def test_image_requirements_carry_hashes(name: str) -> None:
     text = (SCRIPTS / name).read_text().replace("\\\n", " ")

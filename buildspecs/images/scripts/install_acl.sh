@@ -11,15 +11,14 @@ set -euo pipefail
 
 work="$(mktemp -d)"
 trap 'rm -rf -- "$work"' EXIT
-# ACL publishes no source tarball checksum: the tag's commit is pinned in checksums.sha256 as
-# "<commit>  git:ComputeLibrary@<tag>" (fill it with: git ls-remote <repo> "refs/tags/<tag>^{}").
-pin="$(awk -v n="git:ComputeLibrary@${ACL_VERSION}" '$1 !~ /^#/ && $2 == n {print $1}' \
-  "$(dirname "${BASH_SOURCE[0]}")/checksums.sha256")"
-[[ "$pin" =~ ^[0-9a-f]{40}$ ]] || { echo "no pinned commit for ComputeLibrary $ACL_VERSION; refusing" >&2; exit 1; }
-git clone --quiet --depth 1 --shallow-submodules --branch "$ACL_VERSION" -- \
-  https://github.com/ARM-software/ComputeLibrary.git "$work/acl"
-cd "$work/acl"
-[[ "$(git rev-parse HEAD)" == "$pin" ]] || { echo "ComputeLibrary $ACL_VERSION is not commit $pin" >&2; exit 1; }
+# The tag's source archive, checked against checksums.sha256 as ComputeLibrary-<version>.tar.gz (a
+# git tag can be moved; these bytes cannot). ACL's SConscript reads no git metadata it cannot do without.
+release="ComputeLibrary-${ACL_VERSION#v}"
+"$(dirname "${BASH_SOURCE[0]}")/fetch_verified.sh" \
+  "https://github.com/ARM-software/ComputeLibrary/archive/refs/tags/${ACL_VERSION}.tar.gz" \
+  "$work/acl.tar.gz" "${release}.tar.gz"
+tar -xzf "$work/acl.tar.gz" --no-same-owner -C "$work"
+cd "$work/$release"
 scons -j"$(nproc)" Werror=0 debug=0 neon=1 opencl=0 embed_kernels=0 os=linux arch=armv8a \
   build=native multi_isa=1 fixed_format_kernels=1 openmp=1 cppthreads=0
 mkdir -p "$ACL_ROOT"
