@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from wfbuild.callback import LOG_PARTIAL, LogUploader, start_log_uploads
+from wfbuild.callback import LOG_INTERRUPTED, LOG_PARTIAL, LogUploader, start_log_uploads
 from wfbuild.execute import BuildLog
 from wheelfoundry_user import EXIT_OK
 from wheelfoundry_user.farm import Farm
@@ -111,6 +111,37 @@ def test_follow_stops_when_the_job_ended_before_its_final_upload_and_restarts_wi
         "attempt 1, a long first line\n\n[wheelfoundry] build.log began again (a new attempt)\nattempt 2\n"
     )
     assert "ended before its final log upload" in notes[-1]
+
+
+def test_follow_goes_on_past_a_spot_interrupted_attempt_to_the_next_attempts_final_log(s3: Any) -> None:
+    # The runner's last upload of an interrupted attempt is complete but tagged (runner.finish); the next
+    # attempt's log is longer than it by the time the follower looks again, so only the ETag tells.
+    s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"attempt 1\nspot notice\n", Metadata=LOG_INTERRUPTED)
+    printed: list[str] = []
+    notes: list[str] = []
+    attempt2 = b"attempt 2 on a new instance, a longer log than the first\n"
+
+    def note(text: str) -> None:
+        notes.append(text)
+        if "waiting for the next" in text:  # the state machine relaunches; its runner uploads, then ends
+            s3.put_object(Bucket=BUCKET, Key=KEY, Body=attempt2, Metadata=LOG_PARTIAL)
+
+    def write(text: str) -> None:
+        printed.append(text)
+        if text == attempt2.decode():
+            s3.put_object(Bucket=BUCKET, Key=KEY, Body=attempt2 + b"done\n")  # its final, untagged upload
+
+    assert show_log(farm(s3, Executions()), RUN, JOB, True, 0, write, note) == EXIT_OK
+    assert "".join(printed) == (
+        "attempt 1\nspot notice\n\n[wheelfoundry] build.log began again (a new attempt)\n"
+        + attempt2.decode()
+        + "done\n"
+    )
+    # Without --follow the interrupted log is shown as it is, and the note says what happened.
+    s3.put_object(Bucket=BUCKET, Key=KEY, Body=b"attempt 1\n", Metadata=LOG_INTERRUPTED)
+    notes.clear()
+    assert show_log(farm(s3, Executions()), RUN, JOB, False, 0, printed.append, notes.append) == EXIT_OK
+    assert "was interrupted (spot)" in notes[-1]
 
 
 class SlowS3:

@@ -52,6 +52,9 @@ class Heartbeat(threading.Thread):
 # User metadata of a build.log uploaded while the build runs; the final upload has none, so a
 # reader (wheelfoundry logs --follow) knows the log is complete when the tag is gone.
 LOG_PARTIAL = {"wf-log": "partial"}
+# The final upload of an attempt a spot interruption ended: the state machine may launch another, whose
+# log then replaces this one (`wheelfoundry logs --follow` keeps following).
+LOG_INTERRUPTED = {"wf-log": "interrupted"}
 
 
 class _StopAfterUpload(threading.Event):

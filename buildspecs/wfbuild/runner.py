@@ -292,7 +292,8 @@ class Job:
         for thread in self.threads:  # no heartbeat may race the final callback
             thread.stopped.set()
         self.log.close()
-        self.s3.upload_file(str(self.log.path), self.bucket, keys["log"])
+        extra = {"Metadata": callback.LOG_INTERRUPTED} if reason == "SpotInterrupted" and not ok else None
+        self.s3.upload_file(str(self.log.path), self.bucket, keys["log"], ExtraArgs=extra)
         if self.token_gone:
             return 3
         if ok:

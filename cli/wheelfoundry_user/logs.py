@@ -1,7 +1,8 @@
 """A job's build log: build.log in S3, which the runner of an EC2 job re-uploads while it builds
 (tagged partial, every WF_LOG_UPLOAD_SECONDS) and once more, complete, when it ends; meanwhile a
 CodeBuild job's CloudWatch Logs stream. ``--follow`` prints only what is new until the log is
-complete or the job has ended."""
+complete or the job has ended. An attempt a spot interruption ended uploads its log tagged
+interrupted: the follower waits for the next attempt's log (a new ETag) and prints it from its start."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from wheelfoundry_user.farm import Farm, aws_problem
 from wheelfoundry_user.status import ENDED
 
 Write = Callable[[str], Any]
-# The runner's tag on a build.log taken while the build runs (buildspecs/wfbuild/callback.py LOG_PARTIAL).
-PARTIAL = ("wf-log", "partial")
+# The runner's tag on a build.log taken while the build runs, and on the last log of an attempt that
+# a spot interruption ended (buildspecs/wfbuild/callback.py LOG_PARTIAL, LOG_INTERRUPTED).
+TAG, PARTIAL, INTERRUPTED = "wf-log", "partial", "interrupted"
 
 
 def _cloudwatch(farm: Farm, prefix: str) -> tuple[str, str] | None:
@@ -46,8 +48,8 @@ def _events(farm: Farm, where: tuple[str, str], token: str | None) -> tuple[list
     return [str(e.get("message", "")) for e in page.get("events", [])], page.get("nextForwardToken") or token
 
 
-def _head(farm: Farm, key: str) -> tuple[int, bool] | None:
-    """(size, still partial) of build.log, None while there is none."""
+def _head(farm: Farm, key: str) -> tuple[int, str, str] | None:
+    """(size, tag, ETag) of build.log (tag "" when final), None while there is none."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -58,7 +60,7 @@ def _head(farm: Farm, key: str) -> tuple[int, bool] | None:
         raise aws_problem(exc) from None
     except BotoCoreError as exc:
         raise aws_problem(exc) from None
-    return int(head["ContentLength"]), head.get("Metadata", {}).get(PARTIAL[0]) == PARTIAL[1]
+    return int(head["ContentLength"]), str(head.get("Metadata", {}).get(TAG, "")), str(head.get("ETag", ""))
 
 
 def _bytes_from(farm: Farm, key: str, offset: int) -> bytes:
@@ -87,14 +89,16 @@ def show_log(
     streamed = False  # CloudWatch events printed (then S3's copy of the same lines is not)
     offset = 0  # bytes of build.log printed
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a read may end mid-character
+    interrupted_etag = ""  # the ETag of an interrupted attempt's log: any other is the next attempt's
     while True:
         head = _head(farm, key)
-        partial = head is not None and head[1]
+        partial = head is not None and head[1] in (PARTIAL, INTERRUPTED)
         if head is not None and not streamed:
             size = head[0]
-            if size < offset:  # a relaunched instance (spot) began the log again
+            next_attempt = bool(interrupted_etag) and head[2] != interrupted_etag
+            if size < offset or next_attempt:  # a relaunched instance (spot) began the log again
                 write(decoder.decode(b"", final=True) + "\n[wheelfoundry] build.log began again (a new attempt)\n")
-                offset = 0
+                offset, interrupted_etag = 0, ""
             if size > offset:
                 chunk = _bytes_from(farm, key, offset)
                 offset += len(chunk)
@@ -102,6 +106,9 @@ def show_log(
         if head is not None and not partial:  # the runner's final upload: the whole log
             write(decoder.decode(b"", final=True))
             return EXIT_OK
+        if head is not None and head[1] == INTERRUPTED and not interrupted_etag:
+            interrupted_etag = head[2]
+            note(f"[wheelfoundry] job {job}: a spot interruption ended this attempt; waiting for the next\n")
         if head is None or streamed:
             where = _cloudwatch(farm, prefix)
             if where is not None:
@@ -112,11 +119,13 @@ def show_log(
         ended = farm.describe(name)["status"] in ENDED or farm.get(prefix + "result.json") is not None
         if partial and (ended or not follow):
             write(decoder.decode(b"", final=True))
-            note(
-                f"[wheelfoundry] job {job} ended before its final log upload: the log may stop short\n"
-                if ended
-                else f"[wheelfoundry] job {job} is still building: --follow prints the rest as it comes\n"
-            )
+            if head is not None and head[1] == INTERRUPTED:
+                state = "ended after a spot interruption" if ended else "was interrupted (spot); --follow waits"
+                note(f"[wheelfoundry] job {job} {state}\n")
+            elif ended:
+                note(f"[wheelfoundry] job {job} ended before its final log upload: the log may stop short\n")
+            else:
+                note(f"[wheelfoundry] job {job} is still building: --follow prints the rest as it comes\n")
             return EXIT_OK
         if not follow or ended:
             if streamed:

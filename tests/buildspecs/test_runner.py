@@ -325,6 +325,9 @@ def test_spot_interruption_fails_the_task(aws: Aws, tmp_path: Path) -> None:
     assert failure["error"] == "SpotInterrupted"
     assert json.loads(failure["cause"])["log_key"] == f"{job['run']['prefix']}build.log"
     assert aws.finished(execution)["status"] == "FAILED"
+    # The attempt's last log is complete but tagged interrupted: `logs --follow` waits for the next attempt.
+    head = aws.s3.head_object(Bucket=aws.bucket, Key=f"{job['run']['prefix']}build.log")
+    assert head["Metadata"] == {"wf-log": "interrupted"}
 
 
 def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
