@@ -161,3 +161,10 @@ def test_accepted_strings_never_carry_shell_metacharacters(slot: tuple[dict[str,
     except RequestInvalid:
         return
     assert not set(text) & set(";|&$`<>(){}[]*?!#~'\"\\ \n\t\r"), f"{text!r} was accepted at {path}"
+
+
+@pytest.mark.parametrize("torch", [1, "2.5.1", {"a": 1}, None, []])
+def test_a_torch_field_of_any_type_is_a_validation_error_not_a_crash(torch: object) -> None:
+    # hypothesis found {"torch": 1} crashing the image check's count of torch versions
+    assert outcome({"torch": torch}) in ("invalid", "plan", "guardrail")
+    assert outcome({"framework": "extension", "torch": torch, "source": "s3://b/k.tar.gz"}) in ("invalid", "plan")

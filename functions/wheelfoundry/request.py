@@ -225,7 +225,9 @@ def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig |
     filled = _fill_defaults(filled, schema["$defs"][branch], schema)
     bad_paths = {issue.path for issue in issues}
     issues += semantics.check(filled, catalog, config, skip=bad_paths)
-    issues += images.check(filled, catalog, bad_paths, _run_python(filled, catalog), len(filled.get("torch") or [1]))
+    torches = filled.get("torch")  # an extension's torch list; anything else is the schema's to report
+    torch_count = len(torches) if isinstance(torches, list) and torches else 1
+    issues += images.check(filled, catalog, bad_paths, _run_python(filled, catalog), torch_count)
     if issues:
         unique = {(i.path, i.message): i for i in issues}  # one mistake can trip two schema keywords
         raise RequestInvalid(unique.values())
