@@ -12,7 +12,7 @@ import pytest
 
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.cli import main
-from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.errors import LaunchFailed, RequestInvalid
 from wheelfoundry.request import MAX_DEPTH, loads_request, parse_request
 
 BAD_FILES: dict[str, tuple[bytes, str]] = {
@@ -95,3 +95,37 @@ def test_a_request_at_the_depth_limit_is_judged_by_the_schema_not_the_guard() ->
 def test_loads_request_accepts_a_real_request() -> None:
     text = (Path(__file__).parents[1] / "examples/requests/torch-2.5.1-three-targets.json").read_bytes()
     assert loads_request(text, "x") == json.loads(text)
+
+
+def _extension(uri: str) -> dict[str, Any]:
+    request = json.loads((Path(__file__).parents[1] / "examples/requests/extension-demo.json").read_text())
+    return {**request, "source": {"s3": uri}}
+
+
+@pytest.mark.parametrize(
+    ("uri", "source_bucket", "refused"),
+    [
+        ("s3://farm/sources/x.tar.gz", "", False),
+        ("s3://farm/runs/other/x.tar.gz", "", True),  # the stack bucket, but not its sources/ prefix
+        ("s3://elsewhere/sources/x.tar.gz", "", True),
+        ("s3://mine/any/x.tar.gz", "mine", False),  # the bucket the stack was deployed to allow
+        ("s3://elsewhere/x.tar.gz", "mine", True),
+    ],
+)
+def test_an_extension_source_the_build_roles_cannot_read_is_refused_before_anything_is_written(
+    uri: str, source_bucket: str, refused: bool
+) -> None:
+    settings = ValidateSettings(
+        bucket="farm", region="us-east-1", ecr_repository="", max_jobs=24, max_instance_hours=250,
+        heartbeat_seconds=900, max_concurrency=10, source_bucket=source_bucket,
+    )  # fmt: skip
+    event = {"request": _extension(uri), "name": "run1", "execution": "arn:aws:states:us-east-1:1:execution:x:run1"}
+    if not refused:
+        with pytest.raises(LaunchFailed, match="bundles/current.json"):  # past validation: reading S3
+            validate(event, NoS3(), settings, date(2026, 11, 22))
+        return
+    with pytest.raises(RequestInvalid) as caught:
+        validate(event, NoS3(), settings, date(2026, 11, 22))
+    text = str(caught.value)
+    assert "source.s3" in text and uri in text and "s3://farm/sources/<key>" in text
+    assert ("s3://mine/<key>" in text) == bool(source_bucket)

@@ -1,6 +1,7 @@
 """``wheelfoundry local up`` / ``local down``: the embedded AWS as a local account that stays up.
 
-`up` starts the embedded AWS, deploys template.yaml, uploads the example source to the S3 URI its
+`up` starts the embedded AWS, deploys template.yaml (with the request's source bucket as its
+ExtensionSourceBucket), uploads the example source to the S3 URI its
 request names (so ``--input file://examples/requests/extension-demo.json`` works unchanged), prints
 the endpoint, the stack outputs and ready-to-paste AWS CLI commands, and serves until Ctrl-C,
 SIGTERM or `local down`. The local SSM agent and CodeBuild run builds in the background meanwhile.
@@ -47,15 +48,22 @@ def read_state(state_dir: Path) -> dict[str, Any] | None:
     return state if _alive(int(state.get("pid", 0))) else None
 
 
+def request_bucket(request_path: Path) -> str:
+    """The bucket of the request's source.s3 URI (UpError when it names none)."""
+    uri = str(json.loads(request_path.read_text()).get("source", {}).get("s3", ""))
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise UpError(f"{request_path}: source.s3 is not an s3:// URI ({uri!r})")
+    return uri[5:].split("/", 1)[0]
+
+
 def upload_to_request_uri(aws: Any, request_path: Path, source: Path) -> str:
     """Pack ``source`` and put it at the request's own source.s3 URI (its bucket created if needed)."""
     from .demo import pack_source
 
     request = json.loads(request_path.read_text())
-    uri = str(request.get("source", {}).get("s3", ""))
-    if not uri.startswith("s3://") or "/" not in uri[5:]:
-        raise UpError(f"{request_path}: source.s3 is not an s3:// URI ({uri!r})")
-    bucket, key = uri[5:].split("/", 1)
+    bucket = request_bucket(request_path)
+    uri = str(request["source"]["s3"])
+    key = uri[5:].split("/", 1)[1]
     s3 = aws.client("s3")
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket)
@@ -117,7 +125,10 @@ def run_up(
     state_path = state_dir / STATE_FILE
     try:
         with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
-            stack = aws.deploy(root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+            parameters = {"BuildHeartbeatSeconds": "120"}
+            if source is not None:  # the request names its own bucket: the stack lets the builds read it
+                parameters["ExtensionSourceBucket"] = request_bucket(request_path)
+            stack = aws.deploy(root / "template.yaml", parameters=parameters)
             uploaded = upload_to_request_uri(aws, request_path, source) if source is not None else None
             state = {
                 "pid": os.getpid(),

@@ -10,7 +10,7 @@ from typing import Any
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.errors import LaunchFailed
+from wheelfoundry.errors import Issue, LaunchFailed, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
@@ -32,6 +32,8 @@ class ValidateSettings:
     # The role each trust class's builds get a per-job session of (docs/security.md section 2).
     framework_job_role: str = ""
     extension_job_role: str = ""
+    # One more bucket the extension build roles may read sources from (template ExtensionSourceBucket).
+    source_bucket: str = ""
 
 
 def trust_class(job: Job) -> str:
@@ -68,11 +70,29 @@ def current_bundle(s3: Any, bucket: str) -> str:
     return key
 
 
+def check_source_location(request: Any, settings: ValidateSettings) -> None:
+    """An extension's S3 source must be where its build roles may read: the stack bucket's sources/
+    prefix or the one bucket the stack was deployed to allow. Refused here, before anything runs,
+    instead of as an AccessDenied in the middle of a paid build."""
+    uri = getattr(getattr(request, "source", None), "s3", None)
+    if not uri:
+        return
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if (bucket == settings.bucket and key.startswith("sources/")) or (bucket and bucket == settings.source_bucket):
+        return
+    allowed = [f"s3://{settings.bucket}/sources/<key>"]
+    if settings.source_bucket:
+        allowed.append(f"s3://{settings.source_bucket}/<key>")
+    why = f"{uri} is where the build roles cannot read (deploy with ExtensionSourceBucket=<bucket> to allow one more)"
+    raise RequestInvalid([Issue("source.s3", why, uri, tuple(allowed))])
+
+
 def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
     request = parse_request(event.get("request"), catalog, config)
+    check_source_location(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     plan = plan_request(request, catalog, config, context, today)
     run_id = event["name"]
