@@ -121,7 +121,7 @@ def test_an_extension_source_the_build_roles_cannot_read_is_refused_before_anyth
     )  # fmt: skip
     event = {"request": _extension(uri), "name": "run1", "execution": "arn:aws:states:us-east-1:1:execution:x:run1"}
     if not refused:
-        with pytest.raises(LaunchFailed, match="bundles/current.json"):  # past validation: reading S3
+        with pytest.raises(LaunchFailed, match=r"bundles/current\.json"):  # past validation: reading S3
             validate(event, NoS3(), settings, date(2026, 11, 22))
         return
     with pytest.raises(RequestInvalid) as caught:

@@ -1,8 +1,8 @@
 """Shared, expensive things for the on-instance tests, built once per session.
 
-- ``cache_dir``: one WF_CACHE_DIR for the session, so the torch build env (pip install
-  torch==2.13.0 from this machine's wheel, ~25 s) is created once and reused by every test and
-  by the runner's own stages, exactly as repeated local builds reuse it.
+- ``cache_dir``: the session's WF_CACHE_DIR (tests/conftest.py), so the torch build env (pip install
+  torch==2.13.0 from this machine's wheel, ~45 s) is created once and reused by every test, the
+  runner's own stages and the embedded AWS's builds, exactly as repeated local builds reuse it.
 - ``torch_repair``: auditwheel's analysis of the real torch wheel takes ~85 s on one core; it
   starts in the background when first requested and is collected by the test that checks it.
 """
@@ -48,8 +48,8 @@ def example_source(dest: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("wf-cache")
+def cache_dir() -> Path:
+    return Path(os.environ["WF_CACHE_DIR"])  # the session's, shared with every embedded AWS (tests/conftest.py)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ venv with that torch, without copying 5 GB per test; the wheel itself comes from
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def copy_example(name: str, tmp_path: Path) -> Path:
 
 def user_venv(aws: EmbeddedAws, torch: str, dest: Path) -> Path:
     """A fresh venv whose torch is ``torch`` (from a cell's cached build environment), with pytest."""
-    ready = [p.parent for p in (aws.state_dir / "cache" / "envs").glob("*/.wf-ready")]
+    cache = Path(os.environ.get("WF_CACHE_DIR") or aws.state_dir / "cache")  # where the agent built them
+    ready = [p.parent for p in (cache / "envs").glob("*/.wf-ready")]
     base = next(p for p in ready if json.loads((p / ".wf-ready").read_text())["torch"] == f"torch=={torch}")
     thin_env(dest, sys.executable, base)
     pip = [str(dest / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
