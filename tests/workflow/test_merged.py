@@ -33,11 +33,18 @@ def copy_example(name: str, tmp_path: Path) -> Path:
     return folder
 
 
+def _torch_of(marker: Path) -> str | None:
+    """The torch a cached build environment holds (wfbuild.envs' marker); other markers (smoke venvs) name none."""
+    try:
+        return json.loads(marker.read_text()).get("torch")
+    except (ValueError, AttributeError):
+        return None
+
+
 def user_venv(aws: EmbeddedAws, torch: str, dest: Path) -> Path:
     """A fresh venv whose torch is ``torch`` (from a cell's cached build environment), with pytest."""
     cache = Path(os.environ.get("WF_CACHE_DIR") or aws.state_dir / "cache")  # where the agent built them
-    ready = [p.parent for p in (cache / "envs").glob("*/.wf-ready")]
-    base = next(p for p in ready if json.loads((p / ".wf-ready").read_text())["torch"] == f"torch=={torch}")
+    base = next(p.parent for p in (cache / "envs").glob("*/.wf-ready") if _torch_of(p) == f"torch=={torch}")
     thin_env(dest, sys.executable, base)
     pip = [str(dest / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, "pytest", "hypothesis", "numpy"], check=True)

@@ -147,7 +147,10 @@ class TestShortHeartbeat:
         uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
         arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
         instance = building(aws)
-        assert aws.agent is not None and aws.agent.freeze(instance)  # hung: no heartbeat, no callback
+        agent = aws.agent
+        assert agent is not None
+        # hung: no heartbeat, no callback (retried: the command is InProgress a moment before its process starts)
+        wait_for(lambda: agent.freeze(instance), 30, "the build command's process to freeze")
         result = aws.wait_execution(arn, timeout=120)
         assert result.status == "FAILED" and "States.HeartbeatTimeout" in (result.cause or "")
         assert [i["State"]["Name"] for i in launched_by(aws, arn)] == ["terminated"]
