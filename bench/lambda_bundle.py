@@ -41,9 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE_GOAL_MB = 5.0
 IMPORT_GOAL_MS = 300.0
-# Never in the bundle: the python3.12 runtime has boto3 and its dependencies, the layer has Powertools.
-RUNTIME_PROVIDED = {"boto3", "botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six"}
-LAYER_PROVIDED = {"aws-lambda-powertools", "aws-xray-sdk", "wrapt"}
+sys.path.insert(0, str(ROOT))  # run as a script: the lock tool's definitions of what the bundle leaves out
+from tools.lock_lambda_requirements import LAYER_PROVIDED, RUNTIME_PROVIDED, canonical  # noqa: E402
+
 LAMBDA_ENV = {
     "AWS_LAMBDA_FUNCTION_NAME": "bench",
     "AWS_REGION": "us-east-1",
@@ -106,7 +106,7 @@ def shipped_distributions(folder: Path) -> list[str]:
     names = []
     for info in folder.glob("*.dist-info"):
         name = info.name.removesuffix(".dist-info").rsplit("-", 1)[0]
-        names.append(re.sub(r"[-_.]+", "-", name).lower())
+        names.append(canonical(name))
     return sorted(names)
 
 

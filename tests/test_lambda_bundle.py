@@ -18,7 +18,7 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from tests.helpers import ROOT, template
-from tools.lock_lambda_requirements import LAYER_PROVIDED, RUNTIME_PROVIDED, parse_lock
+from tools.lock_lambda_requirements import LAYER_PROVIDED, RUNTIME_PROVIDED, canonical, closure, parse_lock
 
 BUNDLE_GOAL_BYTES = 5_000_000
 
@@ -40,28 +40,12 @@ def test_functions_use_the_powertools_layer_of_their_region_runtime_and_architec
 
 
 def test_lambda_requirements_leave_out_what_the_runtime_and_the_layer_provide() -> None:
-    names = {re.sub(r"[-_.]+", "-", r.name).lower() for r in _requirements()}
+    names = {canonical(r.name) for r in _requirements()}
     assert names, "functions/requirements.txt lists nothing"
     assert not names & RUNTIME_PROVIDED, names & RUNTIME_PROVIDED
     assert not names & LAYER_PROVIDED, names & LAYER_PROVIDED
     # no extras (e.g. powertools[tracer] would pull botocore)
     assert not [ln for ln in (ROOT / "functions/requirements.txt").read_text().splitlines() if "[" in ln.split("#")[0]]
-
-
-def _closure(requirements: list[Requirement]) -> set[str]:
-    """The installed distributions pip would put in the bundle for these requirements."""
-    seen: set[str] = set()
-    todo = [r.name for r in requirements]
-    while todo:
-        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
-        if name in seen or name in RUNTIME_PROVIDED | LAYER_PROVIDED:
-            continue
-        seen.add(name)
-        for spec in metadata.requires(name) or []:
-            req = Requirement(spec)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    return seen
 
 
 def test_bundle_stays_within_the_goal() -> None:
@@ -71,7 +55,7 @@ def test_bundle_stays_within_the_goal() -> None:
         for path in sorted((ROOT / "functions").rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 archive.write(path, path.relative_to(ROOT / "functions").as_posix())
-        for name in sorted(_closure(_requirements())):
+        for name in closure([r.name for r in _requirements()]):
             dist = metadata.distribution(name)
             for file in dist.files or []:
                 located = Path(str(dist.locate_file(file)))

@@ -48,27 +48,26 @@ def read_state(state_dir: Path) -> dict[str, Any] | None:
     return state if _alive(int(state.get("pid", 0))) else None
 
 
-def request_bucket(request_path: Path) -> str:
-    """The bucket of the request's source.s3 URI (UpError when it names none)."""
+def source_location(request_path: Path) -> tuple[str, str]:
+    """(bucket, key) of the request's source.s3 URI (UpError when it names none)."""
     uri = str(json.loads(request_path.read_text()).get("source", {}).get("s3", ""))
     if not uri.startswith("s3://") or "/" not in uri[5:]:
         raise UpError(f"{request_path}: source.s3 is not an s3:// URI ({uri!r})")
-    return uri[5:].split("/", 1)[0]
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
 
 
 def upload_to_request_uri(aws: Any, request_path: Path, source: Path) -> str:
     """Pack ``source`` and put it at the request's own source.s3 URI (its bucket created if needed)."""
     from .demo import pack_source
 
-    request = json.loads(request_path.read_text())
-    bucket = request_bucket(request_path)
-    uri = str(request["source"]["s3"])
-    key = uri[5:].split("/", 1)[1]
+    bucket, key = source_location(request_path)
+    name = str(json.loads(request_path.read_text()).get("name", source.name))
     s3 = aws.client("s3")
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key=key, Body=pack_source(source, str(request.get("name", source.name))))
-    return uri
+    s3.put_object(Bucket=bucket, Key=key, Body=pack_source(source, name))
+    return f"s3://{bucket}/{key}"
 
 
 def banner(endpoint: str, region: str, outputs: dict[str, Any], request_path: Path, uploaded: str | None) -> list[str]:
@@ -127,7 +126,7 @@ def run_up(
         with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
             parameters = {"BuildHeartbeatSeconds": "120"}
             if source is not None:  # the request names its own bucket: the stack lets the builds read it
-                parameters["ExtensionSourceBucket"] = request_bucket(request_path)
+                parameters["ExtensionSourceBucket"] = source_location(request_path)[0]
             stack = aws.deploy(root / "template.yaml", parameters=parameters)
             uploaded = upload_to_request_uri(aws, request_path, source) if source is not None else None
             state = {
