@@ -121,6 +121,22 @@ def test_every_catalog_aarch64_pin_is_checksummed_or_named_as_not_yet_pinned() -
                 missing.add(tag)
     assert missing == not_yet, (missing, not_yet)  # e.g. ACL v52.6.0, refused until someone pins it
     assert "ComputeLibrary-24.04.tar.gz" in sums and "OpenBLAS-0.3.25.tar.gz" in sums  # torch 2.5 builds
+    # torch 1.12-2.0: the release file's digest as Yggdrasil, Open3D and Spack pin it (checksums.sha256 cites them)
+    assert sums["OpenBLAS-0.3.19.tar.gz"] == "947f51bfe50c2a0749304fbe373e00e7637600b0a47b78a51382aeb30ca08562"
+
+
+def test_install_acl_with_version_none_installs_nothing_and_downloads_nothing(tmp_path: Path) -> None:
+    """An image for a build without oneDNN (torch 1.12/1.13 aarch64 by default) gets no ACL."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "curl"
+    fake.write_text("#!/bin/bash\necho curl called >&2\nexit 99\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ACL_VERSION": "none", "ACL_ROOT": str(tmp_path)}
+    result = subprocess.run(["bash", str(SCRIPTS / "install_acl.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "curl called" not in result.stderr, result.stderr
+    assert "no Arm Compute Library" in result.stdout
+    assert not (tmp_path / "build").exists()
 
 
 @pytest.mark.parametrize(("version", "expected"), [("v52.6.0", "no pinned sha256"), ("v24.04", "does not match")])

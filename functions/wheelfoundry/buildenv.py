@@ -34,6 +34,11 @@ def cache_env(bucket: str, region: str, target: str, cuda: bool) -> dict[str, st
     return env
 
 
+def uses_acl(target: TargetSpec) -> bool:
+    """aarch64 oneDNN's Arm Compute Library backend: follows mkldnn unless acl is given."""
+    return target.platform == "aarch64" and bool(target.mkldnn if target.acl is None else target.acl)
+
+
 def torch_env(
     target: TargetSpec,
     resolved: Resolved,
@@ -52,12 +57,12 @@ def torch_env(
         "MAX_JOBS": str(max_jobs),
         "PYTORCH_BUILD_NUMBER": "1",
         "_GLIBCXX_USE_CXX11_ABI": flag(resolved.cxx11_abi),
-        "USE_MKLDNN": flag(target.mkldnn),
+        "USE_MKLDNN": flag(bool(target.mkldnn)),  # planning put the release's default in place of None
         "USE_CUDA": flag(cuda),
         **cache_env(context.bucket, context.region, target_id, cuda),
     }
     if target.platform == "aarch64":
-        acl = target.mkldnn if target.acl is None else target.acl
+        acl = uses_acl(target)
         env.update(
             {
                 "BLAS": "OpenBLAS",

@@ -79,6 +79,7 @@ class Release:
     manylinux: str = "2_28"  # upstream's x86_64 baseline: "2_17" (manylinux2014) or "2_28"
     cuda_build: Mapping[str, CudaBuild] = field(default_factory=dict)
     aarch64: Mapping[str, str] = field(default_factory=dict)  # upstream "openblas" / "acl" tags
+    aarch64_mkldnn: bool = True  # upstream's aarch64 CPU wheels had oneDNN (+ ACL): a request's default
     # exact torch version -> the triton requirement of its CUDA wheels (it moves with patches: 2.3.0/2.3.1)
     triton: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # fact -> "<ref>:<path>" or "unverified: ..."
@@ -243,6 +244,7 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             manylinux=rel.get("manylinux", "2_28"),
             cuda_build={k: _cuda_build(v) for k, v in rel.get("cuda_build", {}).items()},
             aarch64=dict(rel.get("aarch64", {})),
+            aarch64_mkldnn=bool(rel.get("aarch64_mkldnn", True)),
             triton=dict(rel.get("triton", {})),
             sources=dict(rel.get("sources", {})),
         )

@@ -42,7 +42,8 @@ def render(catalog: Catalog) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in catalog.releases:
-        aarch = " / ".join(r.aarch64.get(k, "farm pin") for k in ("acl", "openblas"))
+        acl = r.aarch64.get("acl", "farm pin") if r.aarch64_mkldnn else "none (mkldnn off by default)"
+        aarch = f"{acl} / {r.aarch64.get('openblas', 'farm pin')}"
         patches = ", ".join(str(p) for p in r.patches)
         out.append(
             f"| {r.torch} | {patches} | {_span(r.python)} | {_cuda(r)} | {_libraries(r)} | "

@@ -186,7 +186,24 @@ def compare(catalog: Catalog, facts: UpstreamFacts) -> list[Finding]:
             if theirs is not None:
                 ours_v = args.get("ACL_VERSION" if name == "acl" else "OPENBLAS_VERSION")
                 c.check(f"aarch64.{name}", ours_v, theirs, ours_v == theirs, "aarch64")
+    _aarch64_mkldnn(c, catalog, release, facts)
     return c.found
+
+
+def _aarch64_mkldnn(c: _Collector, catalog: Catalog, release: Release, facts: UpstreamFacts) -> None:
+    """oneDNN in an aarch64 request that leaves mkldnn out, against upstream's wheel (an ACL in it: yes);
+    without oneDNN, neither ACL in the build nor in its image (ACL_VERSION=none)."""
+    theirs = facts.mkldnn if facts.mkldnn is not None else (True if facts.acl else None)
+    if theirs is None:
+        return
+    job = _rendered(catalog, release, "aarch64", None)
+    env, args = (job["env"], job["image"]["build_args"]) if job else ({}, {})
+    ours = {"USE_MKLDNN": env.get("USE_MKLDNN"), "USE_MKLDNN_ACL": env.get("USE_MKLDNN_ACL")}
+    want = {"USE_MKLDNN": "1", "USE_MKLDNN_ACL": "1"} if theirs else {"USE_MKLDNN": "0", "USE_MKLDNN_ACL": "0"}
+    if not theirs:
+        ours["ACL_VERSION"], want["ACL_VERSION"] = args.get("ACL_VERSION"), "none"
+    show = " ".join(f"{k}={v}" for k, v in ours.items()), " ".join(f"{k}={v}" for k, v in want.items())
+    c.check("aarch64.mkldnn", show[0], show[1], ours == want, "aarch64")
 
 
 def report(findings: list[Finding], release: str) -> str:

@@ -19,7 +19,7 @@ class TargetSpec:
     accelerator: Accelerator = "cpu"
     cuda: str | None = None
     arch_list: str | None = None
-    mkldnn: bool = True
+    mkldnn: bool | None = None  # None: as upstream built the release (catalog aarch64_mkldnn; x86_64: on)
     acl: bool | None = None  # aarch64 only; follows mkldnn when unset
     instance_type: str | None = None
 

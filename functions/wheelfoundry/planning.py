@@ -94,6 +94,7 @@ def _pytorch_job(
     context: StackContext,
     today: date,
 ) -> tuple[Job, list[str]]:
+    target = with_release_defaults(target, resolved)
     tid = target_id({"platform": target.platform, "accelerator": target.accelerator, "cuda": target.cuda})
     label = variant(target.accelerator, target.cuda)
     pins, notes = _packages(request, resolved, catalog, label, today, target.accelerator)
@@ -121,22 +122,38 @@ def _pytorch_job(
         variant=label,
         python=request.python,
         packages=pins,
-        image=_release_image(buildenv.image_for(target.platform, target.cuda, catalog, config), resolved, catalog),
+        image=_release_image(
+            buildenv.image_for(target.platform, target.cuda, catalog, config),
+            resolved,
+            catalog,
+            buildenv.uses_acl(target),
+        ),
         instance=instance,
         env=env,
         requirements=requirements,
-        smoke=SmokeSpec(mpi=request.options.mpi, mkldnn=target.mkldnn, cuda_built=target.accelerator == "cuda"),
+        smoke=SmokeSpec(mpi=request.options.mpi, mkldnn=bool(target.mkldnn), cuda_built=target.accelerator == "cuda"),
         options=request.options,
         estimate=estimate(_hours(target, pins, config), instance, config),
     )
     return job, [f"{job.id}: {n}" for n in notes]
 
 
-def _release_image(image: ImageSpec, resolved: Resolved, catalog: Catalog) -> ImageSpec:
-    """aarch64: OpenBLAS and ACL at the tags the release was built with (oneDNN needs its ACL)."""
+def with_release_defaults(target: TargetSpec, resolved: Resolved) -> TargetSpec:
+    """mkldnn left out of the request: as upstream built the release (catalog ``aarch64_mkldnn``; an
+    explicit acl true asks for oneDNN, which ACL is used through); the request's own value always wins."""
+    if target.mkldnn is not None:
+        return target
+    upstream = resolved.release.aarch64_mkldnn if resolved.release and target.platform == "aarch64" else True
+    return dataclasses.replace(target, mkldnn=bool(target.acl) or upstream)
+
+
+def _release_image(image: ImageSpec, resolved: Resolved, catalog: Catalog, acl: bool) -> ImageSpec:
+    """aarch64: OpenBLAS and ACL at the tags the release was built with (oneDNN needs its ACL); no ACL
+    in the image (ACL_VERSION=none) when the build does not use it."""
     if image.recipe != "aarch64-cpu":
         return image
-    return dataclasses.replace(image, build_args={**image.build_args, **catalog.aarch64_build_args(resolved.release)})
+    args = {**image.build_args, **catalog.aarch64_build_args(resolved.release)}
+    return dataclasses.replace(image, build_args=args if acl else {**args, "ACL_VERSION": "none"})
 
 
 def guardrail_issues(jobs: tuple[Job, ...], config: FarmConfig) -> list[Issue]:

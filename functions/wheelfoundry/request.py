@@ -285,7 +285,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
             accelerator=t["accelerator"],
             cuda=t.get("cuda"),
             arch_list=t.get("arch_list"),
-            mkldnn=t["mkldnn"],
+            mkldnn=t.get("mkldnn"),
             acl=t.get("acl"),
             instance_type=t.get("instance_type"),
         )

@@ -24,6 +24,7 @@ CANDIDATES = {
     "build_cpu": (".ci/manywheel/build_cpu.sh", "manywheel/build_cpu.sh"),
     "matrix": (".github/scripts/generate_binary_build_matrix.py", "tools/scripts/generate_binary_build_matrix.py"),
     "aarch64": (".ci/aarch64_linux/aarch64_wheel_ci_build.py", "aarch64_linux/aarch64_wheel_ci_build.py"),
+    "aarch64_legacy": ("build_aarch64_wheel.py",),  # pytorch/builder's aarch64 wheel script up to 2.0
     "openblas": (".ci/docker/common/install_openblas.sh", "common/install_openblas.sh"),
     "metadata": ("METADATA",),
     "wheel": ("WHEEL",),
@@ -280,6 +281,12 @@ def acl_version(text: str) -> str | None:
 
 def openblas_version(text: str) -> str | None:
     return _tag_after(text, "OpenBLAS.git") or _tag_after(text, "xianyi/OpenBLAS")
+
+
+def legacy_aarch64_mkldnn(text: str) -> bool | None:
+    """build_aarch64_wheel.py (builder, up to 2.0): False when it never sets USE_MKLDNN (1.12, 1.13: off,
+    CMake's aarch64 default); None when it may (2.0, behind --enable-mkldnn: the wheel's ACL says yes)."""
+    return False if "USE_MKLDNN" not in text else None
 
 
 def build_strings_abi(text: str) -> bool | None:

@@ -55,6 +55,9 @@ INFORMATIONAL = frozenset(
 )
 
 
+_SCALARS = ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas", "mkldnn")
+
+
 @dataclass
 class UpstreamFacts:
     release: str
@@ -70,10 +73,11 @@ class UpstreamFacts:
     manylinux: str | None = None
     acl: str | None = None
     openblas: str | None = None
+    mkldnn: bool | None = None  # the aarch64 CPU wheel has oneDNN (None: not read; an ACL in it says yes)
     provenance: dict[str, str] = field(default_factory=dict)
 
     def merge(self, other: UpstreamFacts) -> None:
-        for name in ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas"):
+        for name in _SCALARS:
             if getattr(self, name) is None:
                 setattr(self, name, getattr(other, name))
         for name in ("arch_lists", "requirements", "cpu_env", "aarch64_env"):
@@ -166,6 +170,10 @@ def read_files(root: Path, release: Release, provenance: dict[str, str]) -> Upst
         facts.acl = upstream.acl_version(text)
         facts.openblas = upstream.openblas_version(text)
         facts.provenance["aarch64"] = cite["aarch64"]
+    if (text := files.text("aarch64_legacy")) is not None:
+        facts.mkldnn = upstream.legacy_aarch64_mkldnn(text)
+        facts.openblas = facts.openblas or upstream.openblas_version(text)
+        facts.provenance["aarch64"] = cite["aarch64_legacy"]
     if (text := files.text("aarch64_strings")) is not None:  # the libraries' own version strings
         acl = re.search(r"arm_compute_version=(v[\d.]+)", text)
         blas = re.search(r"OpenBLAS (\d+\.\d+\.\d+)", text)
@@ -195,6 +203,7 @@ def read_facts_toml(path: Path) -> UpstreamFacts:
         manylinux=raw.get("manylinux"),
         acl=raw.get("acl"),
         openblas=raw.get("openblas"),
+        mkldnn=raw.get("mkldnn"),
         provenance=dict(data.get("provenance", {})),
     )
 
@@ -216,7 +225,7 @@ def facts_toml(facts: UpstreamFacts) -> str:
     lines.append("[provenance]")
     lines += [f'"{k}" = {_toml_value(v)}' for k, v in sorted(facts.provenance.items())]
     lines.append("[facts]")
-    for name in ("python", "cuda", "nvcc_flags_seen", "cxx11_abi", "manylinux", "acl", "openblas"):
+    for name in _SCALARS:
         value = getattr(facts, name)
         if value is not None:
             lines.append(f"{name} = {_toml_value(value)}")

@@ -2,11 +2,16 @@
 # Arm Compute Library for aarch64 mkldnn (oneDNN's ACL backend), built with the scons flags of
 # PyTorch's .ci/docker/common/install_acl.sh.
 # Required environment:
-#   : "${ACL_VERSION:?}"   a tag, e.g. v52.6.0
+#   : "${ACL_VERSION:?}"   a tag, e.g. v52.6.0, or none: no ACL in this image (a build without oneDNN,
+#                          as upstream's aarch64 wheels of torch 1.12 and 1.13)
 #   : "${ACL_ROOT:?}"      install dir, e.g. /acl (ACL_ROOT_DIR of the torch build)
 set -euo pipefail
 : "${ACL_VERSION:?}"
 : "${ACL_ROOT:?}"
+if [[ "$ACL_VERSION" == none ]]; then
+  echo "install_acl: ACL_VERSION=none, no Arm Compute Library in this image"
+  exit 0
+fi
 [[ "$ACL_VERSION" =~ ^v[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] || { echo "bad ACL_VERSION" >&2; exit 1; }
 
 work="$(mktemp -d)"
