@@ -89,7 +89,8 @@ class Aws:
         raise TimeoutError("no task token")
 
     def finished(self, execution: str) -> dict[str, Any]:
-        for _ in range(100):
+        deadline = time.monotonic() + 60  # generous: returns as soon as the execution ends, even on a loaded host
+        while time.monotonic() < deadline:
             described: dict[str, Any] = self.sfn.describe_execution(executionArn=execution)
             if described["status"] != "RUNNING":
                 return described

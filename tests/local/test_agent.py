@@ -54,13 +54,19 @@ def recorded_ssm_statuses(aws: EmbeddedAws) -> list[str]:
     ]
 
 
-def test_registration_and_describe_instance_information(aws: EmbeddedAws, stack: DeployedStack) -> None:
+def test_registration_and_describe_instance_information(
+    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ssm = aws.client("ssm")
+    # The emulated agent registers `delay` seconds after launch; a long delay while asserting "not yet"
+    # keeps this test deterministic however slow the host is.
+    monkeypatch.setattr(aws.registration, "delay", 3600.0)
     instance_id = launch(aws)
     by_id = [{"Key": "InstanceIds", "Values": [instance_id]}]
     assert ssm.describe_instance_information(Filters=by_id)["InstanceInformationList"] == []
     with pytest.raises(ClientError, match="InvalidInstanceId"):
         send(aws, stack, instance_id)
+    aws.registration.delay = 0.0
     online(aws, instance_id)
     (info,) = ssm.describe_instance_information(Filters=by_id)["InstanceInformationList"]
     assert (info["InstanceId"], info["PingStatus"], info["PlatformType"]) == (instance_id, "Online", "Linux")
@@ -68,13 +74,11 @@ def test_registration_and_describe_instance_information(aws: EmbeddedAws, stack:
         InstanceInformationFilterList=[{"key": "InstanceIds", "valueSet": [instance_id]}]
     )
     assert [i["InstanceId"] for i in legacy["InstanceInformationList"]] == [instance_id]
+    aws.registration.delay = 3600.0
     other = launch(aws)
-    assert (
-        ssm.describe_instance_information(Filters=[{"Key": "InstanceIds", "Values": [other]}])[
-            "InstanceInformationList"
-        ]
-        == []
-    )
+    by_other = [{"Key": "InstanceIds", "Values": [other]}]
+    assert ssm.describe_instance_information(Filters=by_other)["InstanceInformationList"] == []
+    aws.registration.delay = 0.0
     terminate(aws, instance_id)
     terminate(aws, other)
     assert ssm.describe_instance_information()["InstanceInformationList"] == []

@@ -131,7 +131,7 @@ def test_the_ssm_timeout_ends_the_build_and_the_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
     uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
-    result = run(aws, stack, extension_request(uri, options={"executor": "ec2", "max_hours": 0.01}))  # 36 s
+    result = run(aws, stack, extension_request(uri, options={"executor": "ec2", "max_hours": 0.004}))  # 14.4 s
     assert result.status == "FAILED"
     assert "BuildCommandFailed" in (result.cause or "") and "ended TimedOut" in (result.cause or "")
 
