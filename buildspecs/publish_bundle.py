@@ -20,6 +20,8 @@ from typing import Any
 
 import boto3
 
+from wfbuild import pins
+
 SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build-time stamp: same files, same hash
 
@@ -43,7 +45,8 @@ def publish(s3: Any, bucket: str, root: Path) -> dict[str, str]:
     digest = hashlib.sha256(body).hexdigest()
     key = f"bundles/{digest}.zip"
     s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"sha256": digest})
-    pointer = json.dumps({"key": key, "sha256": digest}).encode()
+    # What this bundle can build images from, so Validate refuses an unbuildable image before launching.
+    pointer = json.dumps({"key": key, "sha256": digest, "pins": pins.summary(root / "images")}).encode()
     s3.put_object(Bucket=bucket, Key="bundles/current.json", Body=pointer, ContentType="application/json")
     return {"Key": key, "Sha256": digest}
 

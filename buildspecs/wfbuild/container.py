@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import os
 import subprocess
 import urllib.parse
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wfbuild.execute import BuildLog, Runner
+from wfbuild.pins import bump_module
 from wfbuild.safety import check_env
 
 LOCAL_REPOSITORY = "wheelfoundry-builder"
@@ -39,13 +39,8 @@ def pinned_base(bundle: Path, base: str) -> str:
     """``base@sha256:...`` from the bundle's base-images.lock (docker then verifies the bytes it pulls);
     a base without a pin is refused, never built from a floating tag (docs/security.md section 5)."""
     images = bundle / "images"
-    spec = importlib.util.spec_from_file_location("wf_bump_base_images", images / "bump_base_images.py")
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"no bump_base_images.py in {images}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     try:
-        return str(module.resolve(base, images / "base-images.lock"))
+        return str(bump_module(images).resolve(base, images / "base-images.lock"))
     except LookupError as exc:
         raise RuntimeError(f"refusing an unpinned base image: {exc}") from exc
 

@@ -212,6 +212,10 @@ class LambdaRuntime:
 
     def environ_for(self, fn: Any) -> dict[str, str]:
         environ = dict(os.environ)
+        # This deployment's build hosts (the local agent and CodeBuild) run stages without Docker, so no
+        # builder image is built from the bundle's pins: Validate checks those for container builds only.
+        # A function's own WF_CONTAINER (a test's update_function_configuration) still wins.
+        environ["WF_CONTAINER"] = "none"
         environ.update({k: str(v) for k, v in (fn.environment_vars or {}).items()})
         # Reserved variables the Lambda runtime sets; functions cannot override them on AWS.
         environ.update(

@@ -63,6 +63,30 @@ def test_hostile_request_is_rejected_before_any_instance_exists(aws: EmbeddedAws
     assert s3_keys(aws, stack, "runs/") == []  # nothing was written either
 
 
+def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    # The shipped BuildBundle publishes what the bundle pins; on AWS (container builds) Validate holds a
+    # CUDA cell to it. The emulator's hosts build without Docker, so the test sets the AWS default back.
+    pointer = s3_json(aws, stack, "bundles/current.json")
+    assert "quay.io/pypa/manylinux_2_28_x86_64" in pointer["pins"]["bases"]
+    assert "sccache-v0.10.0-x86_64-unknown-linux-musl.tar.gz" in pointer["pins"]["archives"]
+    lam = aws.client("lambda")
+    name = stack.function_name("ValidateFunction")
+    variables = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
+    variables = {k: str(v) for k, v in variables.items()}  # the embedded CloudFormation keeps Number refs as ints
+    lam.update_function_configuration(
+        FunctionName=name, Environment={"Variables": {**variables, "WF_CONTAINER": "docker"}}
+    )
+    result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), cuda=["cpu", "13.0"]))
+    assert result.status == "FAILED" and result.error == "RequestInvalid", (result.error, result.cause)
+    assert "pytorch/manylinux2_28-builder:cuda13.0" in (result.cause or "") and "no pinned digest" in (
+        result.cause or ""
+    )
+    assert aws.instances(states=("pending", "running", "terminated")) == []
+    assert s3_keys(aws, stack, "runs/") == []
+
+
 def test_a_failing_build_is_terminated_and_explained(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     uri = upload(aws, stack, source(tmp_path, {"src/core.c": BROKEN_C}))
     result = run(aws, stack, extension_request(uri))

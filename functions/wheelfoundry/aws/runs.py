@@ -12,6 +12,7 @@ from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, LaunchFailed, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
+from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
@@ -34,6 +35,9 @@ class ValidateSettings:
     extension_job_role: str = ""
     # One more bucket the extension build roles may read sources from (template ExtensionSourceBucket).
     source_bucket: str = ""
+    # Builds run in Docker images built from pinned bases and downloads (False only where the build
+    # hosts run stages without containers: the embedded AWS, WF_CONTAINER=none).
+    container_builds: bool = True
 
 
 def trust_class(job: Job) -> str:
@@ -58,16 +62,19 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
     }
 
 
-def current_bundle(s3: Any, bucket: str) -> str:
+def current_bundle(s3: Any, bucket: str) -> tuple[str, dict[str, Any] | None]:
+    """The published bundle's key and what it can build images from (None: a bundle from before pins)."""
     try:
         body = s3.get_object(Bucket=bucket, Key="bundles/current.json")["Body"].read()
-        key: str = json.loads(body)["key"]
+        pointer = json.loads(body)
+        key: str = pointer["key"]
     except Exception as exc:
         raise LaunchFailed(
             f"s3://{bucket}/bundles/current.json is missing or unreadable: the build bundle was not published "
             "(the stack's BuildBundle resource publishes it on deploy)"
         ) from exc
-    return key
+    pins = pointer.get("pins")
+    return key, pins if isinstance(pins, dict) else None
 
 
 def check_source_location(request: Any, settings: ValidateSettings) -> None:
@@ -96,7 +103,10 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     plan = plan_request(request, catalog, config, context, today)
     run_id = event["name"]
-    bundle_key = current_bundle(s3, settings.bucket)
+    bundle_key, pins = current_bundle(s3, settings.bucket)
+    # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
+    if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins)):
+        raise RequestInvalid(issues)
     run = {
         "id": run_id,
         "bucket": settings.bucket,

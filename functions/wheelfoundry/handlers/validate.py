@@ -26,6 +26,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         framework_job_role=rt.var("WF_FRAMEWORK_JOB_ROLE_ARN", ""),
         extension_job_role=rt.var("WF_EXTENSION_JOB_ROLE_ARN", ""),
         source_bucket=rt.var("WF_EXTENSION_SOURCE_BUCKET", ""),
+        container_builds=rt.var("WF_CONTAINER", "docker") != "none",
     )
     result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
     metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))

@@ -1,0 +1,70 @@
+"""Refuse, at Validate, an image the deployed bundle cannot build: nothing is launched for it.
+
+A builder or runtime image is built only from bases pinned by digest and downloads pinned by sha256
+(the bundle's base-images.lock and checksums.sha256, docs/security.md section 5); on the build host
+anything else is refused, but only after an instance or a CodeBuild build has started. The bundle
+publisher records those pins in ``bundles/current.json`` (buildspecs/wfbuild/pins.py); this module
+checks a plan against them. Pure: no AWS, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from wheelfoundry.errors import Issue
+
+HOW = "an operator pins it (docs/security.md section 5) and redeploys"
+
+
+def archive_name(template: str, value: str, recipe: str) -> str:
+    return template.format(value=value, bare=value.removeprefix("v"), arch=recipe.split("-", 1)[0])
+
+
+def _pinned_values(pins: Mapping[str, Any], arg: str, template: str, recipe: str) -> tuple[str, ...]:
+    """The values of ``arg`` whose download the bundle pins, for this recipe (a hint in the error)."""
+    archives = set(pins.get("archives", ()))
+    prefix, _, suffix = archive_name(template, "\0", recipe).partition("\0")
+    found = [a[len(prefix) : len(a) - len(suffix)] for a in archives if a.startswith(prefix) and a.endswith(suffix)]
+    with_v = "{bare}" in template  # the name drops the leading "v" the argument carries
+    return tuple(sorted(f"v{v}" if with_v else v for v in found))
+
+
+def _same_repository(bases: Iterable[str], ref: str) -> tuple[str, ...]:
+    repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    return tuple(sorted(b for b in bases if b == repository or b.startswith(repository + ":")))
+
+
+def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
+    """A framework or extension job's builder image: its base and each install script's download."""
+    image, issues = job.image, []
+    bases = pins.get("bases", ())
+    where = "targets" if job.kind == "pytorch" else "packages"
+    if image.base not in bases:
+        why = f"job {job.id}: its builder image's base {image.base} has no pinned digest in this deployment; {HOW}"
+        issues.append(Issue(where, why, image.base, _same_repository(bases, image.base)))
+    archives = set(pins.get("archives", ()))
+    for arg, template in sorted(pins.get("archive_names", {}).items()):
+        value = image.build_args.get(arg)
+        if not value or value == "none" or archive_name(template, value, image.recipe) in archives:
+            continue
+        name = archive_name(template, value, image.recipe)
+        why = f"job {job.id}: its builder image needs {name} ({arg}={value}), which has no pinned sha256 here; {HOW}"
+        issues.append(Issue(where, why, value, _pinned_values(pins, arg, template, image.recipe)))
+    return issues
+
+
+def runtime_issues(image: Any, pins: Mapping[str, Any]) -> list[Issue]:
+    """A runtime image job: its base and the Python image it copies from."""
+    bases = pins.get("bases", ())
+    refs = [ref for ref in dict.fromkeys((image.base, image.python_image)) if ref and ref not in bases]
+    why = "{}: base {} has no pinned digest in this deployment; " + HOW
+    return [Issue("image", why.format(image.id, ref), ref, _same_repository(bases, ref)) for ref in refs]
+
+
+def unbuildable(jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, Any] | None) -> list[Issue]:
+    """Every image of the plan the bundle cannot build; none when the bundle predates pin summaries."""
+    if not pins:
+        return []
+    issues = [issue for job in jobs for issue in builder_issues(job, pins)]
+    return issues + [issue for image in images for issue in runtime_issues(image, pins)]

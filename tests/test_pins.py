@@ -1,0 +1,130 @@
+"""Validate refuses an image the bundle cannot build (an unpinned base or download) before launching.
+
+The pins are the real bundle's (buildspecs/images), summarised by the bundle publisher's own code;
+the install scripts are run against a recording fetch_verified.sh to keep the published file names
+the ones the scripts really check.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_planning import THREE_TARGETS, plan
+from wfbuild import pins as bundle_pins
+from wheelfoundry.aws.runs import ValidateSettings, validate
+from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.pins import unbuildable
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "buildspecs" / "images"
+PINS = bundle_pins.summary(IMAGES)
+EXTENSION = {
+    "framework": "extension",
+    "name": "x",
+    "source": {"s3": "s3://bucket/sources/x.tar.gz"},
+    "torch": ["2.14"],
+    "cuda": ["cpu", "13.0"],
+    "python": ["3.12"],
+}
+
+
+def test_the_summary_is_the_bundles_lock_and_checksums() -> None:
+    assert "quay.io/pypa/manylinux_2_28_aarch64" in PINS["bases"] and "ComputeLibrary-24.04.tar.gz" in PINS["archives"]
+    assert not [b for b in PINS["bases"] if b.startswith("pytorch/manylinux2_28-builder")]  # not pinned yet
+    assert "ComputeLibrary-53.2.0.tar.gz" not in PINS["archives"]
+    assert json.loads(json.dumps(PINS)) == PINS  # it travels in bundles/current.json
+
+
+def test_a_pinned_toolchain_passes_and_each_unpinned_input_is_named() -> None:
+    jobs = {job.id: job for job in plan(THREE_TARGETS).jobs}
+    assert unbuildable([jobs["torch2.5.1-cpu-x86_64"], jobs["torch2.5.1-cpu-aarch64"]], [], PINS) == []
+    (base,) = unbuildable([jobs["torch2.5.1-cuda12.4-x86_64"]], [], PINS)
+    assert (base.path, base.value, base.allowed) == ("targets", "pytorch/manylinux2_28-builder:cuda12.4", ())
+    assert "torch2.5.1-cuda12.4-x86_64" in base.message and "no pinned digest" in base.message
+    newest = plan({"version": "2.14.1", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}).jobs
+    (acl,) = unbuildable(newest, [], PINS)
+    assert acl.value == "v53.2.0" and "ComputeLibrary-53.2.0.tar.gz (ACL_VERSION=v53.2.0)" in acl.message
+    assert {"v22.11", "v23.05.1", "v24.04", "v24.09"} <= set(acl.allowed)
+    # A pin added to the bundle is all it takes.
+    more = {**PINS, "archives": [*PINS["archives"], "ComputeLibrary-53.2.0.tar.gz"]}
+    assert unbuildable(newest, [], more) == []
+
+
+def test_extension_cuda_cells_need_the_cuda_base_and_a_bundle_without_pins_is_not_checked() -> None:
+    cpu, cuda = plan(EXTENSION).jobs
+    assert unbuildable([cpu], [], PINS) == []
+    (issue,) = unbuildable([cuda], [], PINS)
+    assert issue.path == "packages" and issue.value == "pytorch/manylinux2_28-builder:cuda13.0"
+    assert unbuildable([cuda], [], None) == []  # current.json from before pin summaries: checked on the host
+    pinned = {**PINS, "bases": [*PINS["bases"], "pytorch/manylinux2_28-builder:cuda13.0"]}
+    assert unbuildable([cuda], [], pinned) == []
+
+
+def test_runtime_image_bases_are_checked() -> None:
+    images = plan({"version": "2.14.1", "python": ["3.12", "3.13"], "packages": ["torch"], "image": {}}).images
+    issues = unbuildable([], images, PINS)
+    assert [(i.path, i.value) for i in issues] == [("image", "python:3.13-slim-bookworm")]
+    assert issues[0].allowed == ("python:3.12-slim-bookworm",)
+
+
+class RecordingS3:
+    def __init__(self, pointer: dict[str, Any]) -> None:
+        self.pointer, self.puts = pointer, []  # type: list[str]
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        assert Key == "bundles/current.json"
+        return {"Body": io.BytesIO(json.dumps(self.pointer).encode())}
+
+    def put_object(self, Key: str, **_: Any) -> None:
+        self.puts.append(Key)
+
+
+def test_validate_refuses_before_writing_anything_unless_builds_run_without_containers() -> None:
+    request = {"version": "2.14.1", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}
+    event = {"request": request, "name": "r1", "execution": "arn:x"}
+    s3 = RecordingS3({"key": "bundles/abc.zip", "sha256": "abc", "pins": PINS})
+    settings = ValidateSettings("bucket", "us-east-1", "builders", 24, 250.0, 900, 10)
+    with pytest.raises(RequestInvalid, match=r"targets: job torch2\.14\.1-cpu-aarch64: .*ComputeLibrary-53\.2\.0"):
+        validate(event, s3, settings, date(2026, 11, 23))
+    assert s3.puts == []
+    hosts = ValidateSettings("bucket", "us-east-1", "builders", 24, 250.0, 900, 10, container_builds=False)
+    assert validate(event, s3, hosts, date(2026, 11, 23))["jobs"] and "runs/r1/request.json" in s3.puts
+
+
+@pytest.mark.parametrize(
+    ("script", "env", "arch"),
+    [
+        ("install_acl.sh", {"ACL_VERSION": "v24.04", "ACL_ROOT": "/nonexistent"}, "aarch64"),
+        ("install_openblas.sh", {"OPENBLAS_VERSION": "v0.3.19", "OPENBLAS_PREFIX": "/nonexistent"}, "aarch64"),
+        ("install_openmpi.sh", {"OPENMPI_VERSION": "5.0.7", "OPENMPI_PREFIX": "/nonexistent"}, "x86_64"),
+        ("install_sccache.sh", {"SCCACHE_VERSION": "v0.10.0"}, "aarch64"),
+    ],
+)
+def test_published_archive_names_are_the_ones_the_install_scripts_check(
+    script: str, env: dict[str, str], arch: str, tmp_path: Path
+) -> None:
+    scripts = tmp_path / "scripts"
+    shutil.copytree(IMAGES / "scripts", scripts)
+    record = tmp_path / "asked"
+    (scripts / "fetch_verified.sh").write_text(f'#!/usr/bin/env bash\necho "${{3:-${{1##*/}}}}" > {record}\nexit 7\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").write_text(f"#!/bin/sh\necho {arch}\n")
+    (bin_dir / "uname").chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    proc = subprocess.run(["bash", str(scripts / script)], env={**env, "PATH": path}, capture_output=True, text=True)
+    assert proc.returncode == 7, proc.stderr  # stopped at the download, as the stub says
+    (arg, value), recipe = next(iter(env.items())), f"{arch}-cpu"
+    from wheelfoundry.pins import archive_name
+
+    expected = archive_name(bundle_pins.ARCHIVES[arg], value, recipe)
+    assert record.read_text().strip() == expected and expected in PINS["archives"]
