@@ -121,6 +121,30 @@ def test_invalid_request_is_refused_before_anything_starts(
     assert aws.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"] == []
 
 
+def test_a_request_the_stacks_validate_refuses_exits_2_with_its_problems(
+    aws: EmbeddedAws,  # noqa: F811
+    stack: DeployedStack,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Valid here, but only the stack knows where its build roles may read: a source outside its bucket.
+    path = ec2_request(tmp_path, stack)
+    request = json.loads(path.read_text())
+    request["source"] = {"s3": "s3://someone-elses-bucket/sources/x.tar.gz"}
+    path.write_text(json.dumps(request))
+    code, out, err = wf(aws, capsys, "start", str(path), "--name", "run-refused", "--json")
+    assert code == EXIT_INVALID, (out, err)
+    assert "Validate refused the request (RequestInvalid)" in err and "source.s3" in err
+    assert "s3://someone-elses-bucket/sources/x.tar.gz" in err and "sources/<key>" in err
+    assert parsed(out)["error"] == "RequestInvalid" and parsed(out)["status"] == "FAILED"
+    assert aws.instances(states=("pending", "running", "terminated")) == []
+    code, out, err = wf(aws, capsys, "start", str(path), "--name", "run-unchecked", "--no-wait", "--json")
+    unchecked = parsed(out)
+    assert code == EXIT_OK and unchecked["validated"] is False  # --no-wait: the run's status tells later
+    sfn = aws.client("stepfunctions")
+    wait_for(lambda: sfn.describe_execution(executionArn=unchecked["execution_arn"])["status"] == "FAILED")
+
+
 def test_missing_stack_run_and_channel_are_named(
     aws: EmbeddedAws,  # noqa: F811
     stack: DeployedStack,

@@ -1,6 +1,6 @@
 """The user's commands against a deployed WheelFoundry stack (a real account or `local up`).
 
-    wheelfoundry start REQUEST|PRESET     validate here, then start a run; prints its name
+    wheelfoundry start REQUEST|PRESET     validate here, start a run, wait for the stack's Validate; prints its name
     wheelfoundry status [RUN] [--watch]   per job: executor, state, stage, elapsed, estimated vs actual $
     wheelfoundry runs                     recent runs with their outcome
     wheelfoundry logs RUN JOB [--follow]  the job's build log

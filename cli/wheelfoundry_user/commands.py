@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry_user import EXIT_FAILED, EXIT_OK, NotFound, UserError
+from wheelfoundry_user import EXIT_FAILED, EXIT_INVALID, EXIT_OK, NotFound, UserError
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.tables import table
@@ -48,12 +48,31 @@ def _start(args: argparse.Namespace) -> int:
         raise aws_problem(exc) from None
     summary = plan.summary()
     data = {"run": name, "execution_arn": started["executionArn"], **summary}
+    # The stack checks what this machine cannot (where its roles may read sources, what its bundle can
+    # build): wait for its Validate step, so a refused request exits 2 here, not in a later `status`.
+    verdict = None if args.no_wait else farm.validated(started["executionArn"], args.wait)
+    if verdict is not None and verdict.get("error") in ("RequestInvalid", "GuardrailExceeded"):
+        message = _error_message(verdict.get("cause") or "")
+        if args.json:
+            refused = {**data, "status": verdict["status"], "error": verdict["error"], "message": message}
+            print(json.dumps(refused, indent=2))
+        print(f"{name}: the stack's Validate refused the request ({verdict['error']}):\n{message}", file=sys.stderr)
+        return EXIT_INVALID
+    data["validated"] = verdict is not None
     text = (
         f"{name}\nstarted: {len(plan.jobs)} job(s), estimated {summary.get('estimated_usd')} USD; "
         f"`wheelfoundry status {name} --watch` follows it"
     )
     _emit(args, data, text)
     return EXIT_OK
+
+
+def _error_message(cause: str) -> str:
+    """A Lambda error's message from the execution's cause (its JSON), else the cause as it is."""
+    try:
+        return str(json.loads(cause)["errorMessage"])
+    except (ValueError, KeyError, TypeError):
+        return cause
 
 
 def _outcome(status: str) -> int:
@@ -175,6 +194,8 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     start = sub.add_parser("start", help="validate a request here, then start a run on the stack; prints its name")
     start.add_argument("request", help="a request JSON file or a preset name")
     start.add_argument("--name", help="the run's name (default: time + random)")
+    start.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the stack's Validate step")
+    start.add_argument("--no-wait", action="store_true", help="return once started, before the stack validates")
     _common(start)
     start.set_defaults(func=_guard(_start))
     status = sub.add_parser("status", help="a run's jobs: executor, state, stage, elapsed, estimated vs actual cost")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,6 +104,29 @@ class Farm:
                 raise NotFound(f"no run {run!r} in stack {self.stack!r} (`wheelfoundry runs` lists them)") from None
             raise aws_problem(exc) from None
         return described
+
+    def validated(self, execution_arn: str, timeout: float) -> dict[str, Any] | None:
+        """Wait for the run's Validate step (the stack's own checks: sources, pins, guardrails) to end.
+
+        The execution's description once Validate has ended or the run has stopped; None while it is
+        still validating after ``timeout`` seconds. A poll in the user's shell, never in a Lambda.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        sfn, deadline = self.client("stepfunctions"), time.monotonic() + timeout
+        try:
+            while True:
+                described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+                if described["status"] != "RUNNING":
+                    return described
+                events = sfn.get_execution_history(executionArn=execution_arn, maxResults=100)["events"]
+                if any(e.get("stateExitedEventDetails", {}).get("name") == "Validate" for e in events):
+                    return described
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.5)
+        except (ClientError, BotoCoreError) as exc:
+            raise aws_problem(exc) from None
 
     def executions(self, limit: int = 20) -> list[dict[str, Any]]:
         from botocore.exceptions import BotoCoreError, ClientError

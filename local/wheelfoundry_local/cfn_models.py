@@ -287,6 +287,20 @@ def install(patches: Patches, runtime: LambdaRuntime) -> None:
         return clean(resource_json, resources_map)
 
     patches.set(parsing, "clean_json", clean_json)
+
+    from moto.awslambda.models import LambdaFunction
+
+    create_function = vars(LambdaFunction)["create_from_cloudformation_json"].__func__
+
+    def create_with_string_environment(cls: Any, name: str, cfn: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        # Lambda keeps environment variables as strings (a Number parameter's Ref arrives as "24");
+        # moto kept the int, which GetFunctionConfiguration returned and UpdateFunctionConfiguration refused.
+        environment = cfn.get("Properties", {}).get("Environment")
+        if isinstance(environment, dict) and isinstance(environment.get("Variables"), dict):
+            environment["Variables"] = _stringify(environment["Variables"])
+        return create_function(cls, name, cfn, *args, **kwargs)
+
+    patches.set(LambdaFunction, "create_from_cloudformation_json", classmethod(create_with_string_environment))
     _Active.runtime = runtime
     _Active.responses = _ResponseCatcher()
 

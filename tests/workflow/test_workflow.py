@@ -74,7 +74,7 @@ def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
     lam = aws.client("lambda")
     name = stack.function_name("ValidateFunction")
     variables = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
-    variables = {k: str(v) for k, v in variables.items()}  # the embedded CloudFormation keeps Number refs as ints
+    assert variables["WF_MAX_JOBS_PER_RUN"] == "24"  # strings, as Lambda stores them (not the Number parameter's int)
     lam.update_function_configuration(
         FunctionName=name, Environment={"Variables": {**variables, "WF_CONTAINER": "docker"}}
     )
