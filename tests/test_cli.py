@@ -39,6 +39,16 @@ def test_plan_example_prints_one_job_per_target() -> None:
     assert "3 job(s)" in result.stdout
 
 
+def test_plan_notes_the_images_a_stack_from_this_checkout_would_refuse() -> None:
+    result = run("plan", EXAMPLE)
+    note = result.stdout.split("note: a stack deployed from this checkout would refuse", 1)[1]
+    assert note.startswith(" 1 image(s)") and "job torch2.5.1-cuda12.4-x86_64" in note
+    assert "pytorch/manylinux2_28-builder:cuda12.4" in note  # the CPU and aarch64 (ACL 24.04) jobs are buildable
+    assert "would refuse" not in run("plan", EXAMPLE, "--torch-only", "--json").stdout  # JSON stays the contract
+    cpu_only = run("plan", "--pytorch-version", "2.5.1", "--python-version", "3.12")
+    assert cpu_only.returncode == 0 and "would refuse" not in cpu_only.stdout
+
+
 def test_torch_only_lists_torch_alone() -> None:
     result = run("plan", EXAMPLE, "--torch-only")
     assert result.returncode == 0

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.cli_catalog import add_catalog_commands
@@ -17,6 +18,7 @@ from wheelfoundry.cli_request import add_builder_flags, build_raw_request
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.jobs import Plan
+from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.render import render_dry_run, render_plan
 from wheelfoundry.request import parse_request
@@ -33,7 +35,21 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(render_dry_run(plan, explain=args.explain))
     else:
         print(render_plan(plan, explain=args.explain))
+    if not args.json and (issues := unbuildable(plan.jobs, plan.images, checkout_pins())):
+        print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
+        print("\n".join(f"  - {issue}" for issue in issues))
     return 0
+
+
+def checkout_pins() -> dict[str, object] | None:
+    """What this checkout's build bundle can build images from (as its publisher would record); None
+    where there is no checkout beside the package (an installed wheel, a Lambda)."""
+    images = Path(__file__).resolve().parents[2] / "buildspecs" / "images"
+    try:
+        from wfbuild.pins import summary
+    except ImportError:
+        return None
+    return summary(images) if (images / "base-images.lock").is_file() else None
 
 
 def _index_serve(args: argparse.Namespace) -> int:

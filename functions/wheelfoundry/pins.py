@@ -14,7 +14,8 @@ from typing import Any
 
 from wheelfoundry.errors import Issue
 
-HOW = "an operator pins it (docs/security.md section 5) and redeploys"
+PIN_BASE = "pin it with `buildspecs/images/bump_base_images.py bump {}` where a registry is reachable, then redeploy"
+PIN_FILE = "add its sha256 to buildspecs/images/scripts/checksums.sha256 (the file says how), then redeploy"
 
 
 def archive_name(template: str, value: str, recipe: str) -> str:
@@ -41,7 +42,8 @@ def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
     bases = pins.get("bases", ())
     where = "targets" if job.kind == "pytorch" else "packages"
     if image.base not in bases:
-        why = f"job {job.id}: its builder image's base {image.base} has no pinned digest in this deployment; {HOW}"
+        why = f"job {job.id}: its builder image's base {image.base} has no pinned digest in this deployment; "
+        why += PIN_BASE.format(image.base)
         issues.append(Issue(where, why, image.base, _same_repository(bases, image.base)))
     archives = set(pins.get("archives", ()))
     for arg, template in sorted(pins.get("archive_names", {}).items()):
@@ -49,7 +51,8 @@ def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
         if not value or value == "none" or archive_name(template, value, image.recipe) in archives:
             continue
         name = archive_name(template, value, image.recipe)
-        why = f"job {job.id}: its builder image needs {name} ({arg}={value}), which has no pinned sha256 here; {HOW}"
+        why = f"job {job.id}: its builder image needs {name} ({arg}={value}), which has no pinned sha256 here; "
+        why += PIN_FILE
         issues.append(Issue(where, why, value, _pinned_values(pins, arg, template, image.recipe)))
     return issues
 
@@ -58,8 +61,8 @@ def runtime_issues(image: Any, pins: Mapping[str, Any]) -> list[Issue]:
     """A runtime image job: its base and the Python image it copies from."""
     bases = pins.get("bases", ())
     refs = [ref for ref in dict.fromkeys((image.base, image.python_image)) if ref and ref not in bases]
-    why = "{}: base {} has no pinned digest in this deployment; " + HOW
-    return [Issue("image", why.format(image.id, ref), ref, _same_repository(bases, ref)) for ref in refs]
+    why = "{}: base {} has no pinned digest in this deployment; " + PIN_BASE
+    return [Issue("image", why.format(image.id, ref, ref), ref, _same_repository(bases, ref)) for ref in refs]
 
 
 def unbuildable(jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, Any] | None) -> list[Issue]:
