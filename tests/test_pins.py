@@ -7,11 +7,11 @@ the ones the scripts really check.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import io
 import json
-import os
 import shutil
-import subprocess
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from tests.test_planning import THREE_TARGETS, plan
 from wfbuild import pins as bundle_pins
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.pins import unbuildable
+from wheelfoundry.pins import archive_name, unbuildable
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "buildspecs" / "images"
@@ -100,31 +100,53 @@ def test_validate_refuses_before_writing_anything_unless_builds_run_without_cont
     assert validate(event, s3, hosts, date(2026, 11, 23))["jobs"] and "runs/r1/request.json" in s3.puts
 
 
+def _pin_tool() -> Any:
+    spec = importlib.util.spec_from_file_location("wf_pin_downloads", IMAGES / "pin_downloads.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PIN_TOOL = _pin_tool()
+
+
 @pytest.mark.parametrize(
-    ("script", "env", "arch"),
+    ("arg", "value", "arch"),
     [
-        ("install_acl.sh", {"ACL_VERSION": "v24.04", "ACL_ROOT": "/nonexistent"}, "aarch64"),
-        ("install_openblas.sh", {"OPENBLAS_VERSION": "v0.3.19", "OPENBLAS_PREFIX": "/nonexistent"}, "aarch64"),
-        ("install_openmpi.sh", {"OPENMPI_VERSION": "5.0.7", "OPENMPI_PREFIX": "/nonexistent"}, "x86_64"),
-        ("install_sccache.sh", {"SCCACHE_VERSION": "v0.10.0"}, "aarch64"),
+        ("ACL_VERSION", "v24.04", "aarch64"),
+        ("OPENBLAS_VERSION", "v0.3.19", "aarch64"),
+        ("OPENMPI_VERSION", "5.0.7", "x86_64"),
+        ("SCCACHE_VERSION", "v0.10.0", "aarch64"),
     ],
 )
-def test_published_archive_names_are_the_ones_the_install_scripts_check(
-    script: str, env: dict[str, str], arch: str, tmp_path: Path
-) -> None:
-    scripts = tmp_path / "scripts"
-    shutil.copytree(IMAGES / "scripts", scripts)
-    record = tmp_path / "asked"
-    (scripts / "fetch_verified.sh").write_text(f'#!/usr/bin/env bash\necho "${{3:-${{1##*/}}}}" > {record}\nexit 7\n')
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "uname").write_text(f"#!/bin/sh\necho {arch}\n")
-    (bin_dir / "uname").chmod(0o755)
-    path = f"{bin_dir}:{os.environ['PATH']}"
-    proc = subprocess.run(["bash", str(scripts / script)], env={**env, "PATH": path}, capture_output=True, text=True)
-    assert proc.returncode == 7, proc.stderr  # stopped at the download, as the stub says
-    (arg, value), recipe = next(iter(env.items())), f"{arch}-cpu"
-    from wheelfoundry.pins import archive_name
+def test_published_archive_names_are_the_ones_the_install_scripts_check(arg: str, value: str, arch: str) -> None:
+    # pin_downloads.learn runs the real install script against a recording fetch_verified.sh.
+    url, name = PIN_TOOL.learn(arg, value, arch)
+    assert url.startswith("https://") and name == archive_name(bundle_pins.ARCHIVES[arg], value, f"{arch}-cpu")
+    assert name in PINS["archives"]
+    assert set(PIN_TOOL.SCRIPTS) == set(bundle_pins.ARCHIVES)
 
-    expected = archive_name(bundle_pins.ARCHIVES[arg], value, recipe)
-    assert record.read_text().strip() == expected and expected in PINS["archives"]
+
+def test_pin_downloads_adds_the_digest_of_the_bytes_and_the_image_becomes_buildable(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    shutil.copytree(IMAGES, images)
+    sums = images / "scripts" / "checksums.sha256"
+    asked: list[str] = []
+
+    def fetch(url: str) -> bytes:
+        asked.append(url)
+        return b"acl source archive bytes"
+
+    job = plan({"version": "2.10.0", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}).jobs
+    assert unbuildable(job, [], bundle_pins.summary(images))  # ACL v52.6.0 is not pinned
+    added = PIN_TOOL.add(["ACL_VERSION=v52.6.0"], "aarch64", fetch, sums)
+    assert asked == ["https://github.com/ARM-software/ComputeLibrary/archive/refs/tags/v52.6.0.tar.gz"]
+    digest = hashlib.sha256(b"acl source archive bytes").hexdigest()
+    assert added[1] == f"{digest}  ComputeLibrary-52.6.0.tar.gz" and "one source" in added[0]
+    assert unbuildable(job, [], bundle_pins.summary(images)) == []
+    assert PIN_TOOL.add(["ACL_VERSION=v52.6.0"], "aarch64", fetch, sums) == [] and len(asked) == 1  # already pinned
+    with pytest.raises(ValueError, match="non-https"):
+        PIN_TOOL.download("http://example.com/x.tar.gz")
+    with pytest.raises(ValueError, match="did not reach its download"):
+        PIN_TOOL.learn("ACL_VERSION", "v1; rm -rf /", "aarch64")  # the script's own pattern refuses it
