@@ -92,6 +92,8 @@ def test_the_extension_is_built_on_codebuild_published_and_installable(
     assert result.output["published"] == 1
     assert aws.instances(states=("pending", "running", "terminated")) == []  # no instance at all
     (build,) = builds(aws)
+    # The runner's callback ends the task a moment before the build itself ends (as on CodeBuild).
+    wait_for(lambda: build.status != "IN_PROGRESS", 60, "the build to end after its callback")
     assert build.status == "SUCCEEDED" and build.environment["computeType"].startswith("BUILD_GENERAL1_")
     assert build.service_role == stack.physical_id("CodeBuildExtensionRole")  # a user's setup.py: its own role
     # The build held a session of that role (never the emulator's keys), and the role as deployed allowed
@@ -167,6 +169,7 @@ def test_a_run_mixing_an_ec2_job_and_a_codebuild_job(
     assert instance["Tags"]["wheelfoundry:job"] == x86 and instance["State"]["Name"] == "terminated"
     (build,) = builds(aws)
     # The runner reported; the build then ended FAILED, or was stopped by StopBuildAfterFailure first.
+    wait_for(lambda: build.status != "IN_PROGRESS", 60, "the build to end after its callback")
     assert build.project == stack.physical_id("CodeBuildProjectArm64") and build.status in ("FAILED", "STOPPED")
     run_id = result.arn.rsplit(":", 1)[1]
     failed = s3_json(aws, stack, f"runs/{run_id}/jobs/{arm}/result.json")
@@ -185,6 +188,7 @@ def test_a_failing_build_is_reported_with_its_log_tail(
     outcome = s3_json(aws, stack, f"runs/{run_id}/jobs/{job_id}/result.json")
     assert outcome["error"] == "BuildFailed" and "this is not C" in outcome["cause"]
     (build,) = builds(aws)
+    wait_for(lambda: build.status != "IN_PROGRESS", 60, "the build to end after its callback")
     assert build.status in ("FAILED", "STOPPED")  # ended by itself, or stopped by StopBuildAfterFailure
 
 
