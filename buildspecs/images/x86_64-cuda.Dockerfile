@@ -1,11 +1,13 @@
-# Builder for x86_64 CUDA wheels: PyTorch's own manylinux_2_28 CUDA builder (toolkit, cuDNN,
-# NCCL headers for compiling; no GPU needed) + MKL + Open MPI (CUDA-aware) + sccache + tools venv.
-# BASE_IMAGE is pytorch/manylinux2_28-builder:cuda<CUDA_VERSION> (the job's image.base), always
-# passed by the runner; no default, since a default would have to be pinned (base-images.lock).
-ARG BASE_IMAGE
+# Builder for x86_64 CUDA wheels: the pinned manylinux_2_28 base + a CUDA toolkit assembled from the
+# job's lock (scripts/cuda/cuda-<CUDA_VERSION>-x86_64.toml: NVIDIA's redist archives and nvidia-* wheels,
+# every file checked against its published sha256; no GPU needed to compile) + MKL + Open MPI
+# (CUDA-aware) + sccache + the tools venv. No base image whose digest cannot be known.
+ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64@sha256:39df0042d5cc900b085aa25a0659368b42a0006c54c474299b785b44c1b4ff82
 FROM ${BASE_IMAGE}
 
-ARG CUDA_VERSION=12.6
+ARG CUDA_VERSION
+ARG GCC_TOOLSET=14
+ARG CUDA_REQUIREMENTS=""
 ARG OPENMPI_VERSION=5.0.7
 ARG SCCACHE_VERSION=v0.10.0
 ARG MKL_VERSION=2024.2.0
@@ -16,15 +18,20 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # checkov:skip=CKV_DOCKER_2:a builder image runs one build and exits; there is no service to health-check
 # checkov:skip=CKV_DOCKER_3:the build stages write /work and /opt as root inside a throwaway container on a one-job host
 
+# The newest GCC this nvcc accepts (catalog gcc_max), from the base's AlmaLinux 8 repositories.
 # hadolint ignore=DL3041
-RUN dnf install -y libpng-devel libjpeg-turbo-devel libwebp-devel bzip2 && dnf clean all
+RUN dnf install -y libpng-devel libjpeg-turbo-devel libwebp-devel bzip2 "gcc-toolset-${GCC_TOOLSET}-gcc-c++" \
+    && dnf clean all
+ENV PATH=/opt/rh/gcc-toolset-${GCC_TOOLSET}/root/usr/bin:${PATH}
 
-ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION}
 COPY scripts/ /opt/wf/scripts/
 RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/install_tools.sh
-ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:${CUDA_HOME}/bin:${PATH}
-RUN MKL_VERSION="${MKL_VERSION}" MKL_ROOT=/opt/intel /opt/wf/scripts/install_mkl.sh
+ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:/usr/local/cuda/bin:${PATH}
+RUN CUDA_VERSION="${CUDA_VERSION}" CUDA_REQUIREMENTS="${CUDA_REQUIREMENTS}" /opt/wf/scripts/install_cuda.sh
+ENV CUDA_HOME=/usr/local/cuda
 # One layer per toolchain piece: a changed pin rebuilds only its own layer.
+# hadolint ignore=DL3059
+RUN MKL_VERSION="${MKL_VERSION}" MKL_ROOT=/opt/intel /opt/wf/scripts/install_mkl.sh
 # hadolint ignore=DL3059
 RUN OPENMPI_VERSION="${OPENMPI_VERSION}" OPENMPI_PREFIX=/opt/openmpi /opt/wf/scripts/install_openmpi.sh
 # hadolint ignore=DL3059

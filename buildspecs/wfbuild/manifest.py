@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -60,6 +61,9 @@ def toolchain(work: Path) -> dict[str, Any]:
     found["python"] = pythons
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):  # not in this tools env: not recorded
         found["auditwheel"] = importlib.metadata.version("auditwheel")
+    record = Path(os.environ.get("CUDA_HOME") or "/nonexistent") / "wf-toolkit.json"
+    with contextlib.suppress(OSError, ValueError):  # the locked toolkit: its lock's sha256 and every part
+        found["cuda_toolkit"] = {"cuda_home": str(record.parent), **json.loads(record.read_text(encoding="utf-8"))}
     return found
 
 

@@ -1,7 +1,8 @@
 """What this bundle can build images from: the bases and downloads it pins, in one summary.
 
-An image is built only from a base pinned in ``images/base-images.lock`` and from downloads pinned in
-``images/scripts/checksums.sha256`` (docs/security.md section 5); anything else is refused on the
+An image is built only from a base pinned in ``images/base-images.lock``, from downloads pinned in
+``images/scripts/checksums.sha256`` and from CUDA toolkit locks in ``images/scripts/cuda/`` (docs/security.md
+section 5); anything else is refused on the
 build host, after an instance was paid for. The bundle publisher writes this summary into
 ``bundles/current.json`` so that Validate (``wheelfoundry.pins``) refuses such a request before
 anything is launched, from the same files the build host would check.
@@ -40,8 +41,26 @@ def bump_module(images: Path) -> ModuleType:
     return image_tool(images, "bump_base_images")
 
 
+def cuda_locks(images: Path) -> dict[str, dict[str, Any]]:
+    """``{"12.8-aarch64": {"compiler": True, "requirements": [...], "unavailable": {line: why}}}``: the locks
+    (scripts/cuda/, what install_cuda.py installs) and the requirement lines each can serve."""
+    import tomllib  # the bundle publisher's Python 3.12 (an EC2 host's runner never calls this)
+
+    found = {}
+    for path in sorted((images / "scripts" / "cuda").glob("cuda-*.toml")):
+        lock = tomllib.loads(path.read_text(encoding="utf-8"))
+        compiler = bool(lock.get("archive")) or any(w.get("part") == "compiler" for w in lock.get("wheel", []))
+        found[f"{lock['cuda']}-{lock['platform']}"] = {
+            "compiler": compiler,
+            "requirements": sorted(lock.get("requirements", {})),
+            "unavailable": dict(lock.get("unavailable", {})),
+        }
+    return found
+
+
 def summary(images: Path) -> dict[str, Any]:
-    """``{"bases": [...], "archives": [...], "archive_names": ARCHIVES}`` for bundles/current.json."""
+    """``{"bases": [...], "archives": [...], "archive_names": ARCHIVES, "cuda": {...}}`` for
+    bundles/current.json."""
     bases = sorted(bump_module(images).load(images / "base-images.lock"))
     archives = sorted(image_tool(images, "pin_downloads").pinned(images / "scripts" / "checksums.sha256"))
-    return {"bases": bases, "archives": archives, "archive_names": ARCHIVES}
+    return {"bases": bases, "archives": archives, "archive_names": ARCHIVES, "cuda": cuda_locks(images)}

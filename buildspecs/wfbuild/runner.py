@@ -29,7 +29,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, container, credentials, manifest
+from wfbuild import callback, container, credentials, manifest, toolkit
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -68,6 +68,7 @@ class Job:
         self.job: dict[str, Any] = {}
         self.token_gone = False
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
+        self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
         self._names = itertools.count()
 
     def start_credentials(self) -> None:
@@ -109,7 +110,8 @@ class Job:
         if self.mode == "none":
             # This host's glibc is newer than the builder image's: tag what the host allows.
             env.setdefault("WF_REPAIR_PLAT", "auto")
-        return {**env, **layered}
+        merged = {**env, **layered}
+        return toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else merged
 
     def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
         if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
@@ -141,6 +143,8 @@ class Job:
                 fatal_failed = True
             else:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
+        if self.mode == "none" and self.job["image"]["build_args"].get("CUDA_VERSION") and not fatal_failed:
+            fatal_failed = not self._host_toolkit()
         if [s.name for s in host] != [s.name for s in inside]:
             raise RuntimeError("host and container renderings of the stages differ")
         pairs = list(zip(host, inside))  # noqa: B905  (runs on the host's Python 3.9)
@@ -155,6 +159,17 @@ class Job:
                 j += 1
             self._run_cells(pairs[i:j], image, fatal_failed)
             i = j
+
+    def _host_toolkit(self) -> bool:
+        """Host mode: the image's CUDA toolkit lock, installed under the cache (the image stage's twin)."""
+        root = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
+        argv = ["python3", "-m", "wfbuild.toolkit", "--job", str(self.work / "meta" / "job.json"), "--root", str(root)]
+        stage = Stage("toolkit", argv, {}, host=True)
+        if self._run_one(stage, stage, "", {}) != "succeeded":
+            return False
+        cuda, platform_ = str(self.job["image"]["build_args"]["CUDA_VERSION"]), self.job["platform"]
+        self.cuda_home = toolkit.prefix_for(self.bundle, cuda, platform_, toolkit.requirements_of(self.job), root)
+        return True
 
     def _step(
         self, pair: tuple[Stage, Stage], image: str, fatal_failed: bool, extra: dict[str, str] | None = None

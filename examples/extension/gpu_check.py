@@ -25,6 +25,15 @@ def main() -> int:
             torch.testing.assert_close(wf_example_ops.scaled_add(a, b, 0.25), a + 0.25 * b)
             torch.testing.assert_close(wf_example_ops.relu_square(a), torch.relu(a) ** 2)
             print(f"  ok  {dtype!s:14} {shape!s:14} scaled_add, relu_square")
+    for dtype in (torch.float32, torch.float64):
+        for m, k, n in ((1, 1, 1), (64, 32, 16), (257, 129, 65), (1024, 1024, 1024)):
+            a = torch.randn(m, k, generator=gen, device=device, dtype=dtype)
+            b = torch.randn(k, n, generator=gen, device=device, dtype=dtype)
+            got, want = wf_example_ops.matmul(a, b), a @ b  # the same cuBLAS, through torch's handle
+            torch.testing.assert_close(got, want)
+            print(
+                f"  ok  {dtype!s:14} {(m, k, n)!s:18} matmul (cuBLAS), max |diff| {(got - want).abs().max().item():.3g}"
+            )
     x = torch.arange(12, device=device, dtype=torch.float32).reshape(3, 4).t() - 5.0  # non-contiguous
     torch.testing.assert_close(wf_example_ops.relu_square(x), torch.relu(x) ** 2)
     big = torch.randn(1 << 24, device=device)

@@ -16,6 +16,7 @@ if os.environ.get("FORCE_CUDA") == "1":
         "wf_example_ops._C",
         ["csrc/ops.cpp", "csrc/ops_cuda.cu"],
         extra_compile_args={"cxx": ["-O2", "-g0"], "nvcc": ["-O2"]},
+        libraries=["cublas"],  # matmul calls cuBLAS directly (through torch's handle)
     )
 else:
     extension = CppExtension("wf_example_ops._C", ["csrc/ops.cpp"], extra_compile_args=["-O2", "-g0"])

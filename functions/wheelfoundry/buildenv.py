@@ -6,6 +6,9 @@ These are the variables PyTorch's own binary builders set (.ci/manywheel/build_c
 
 from __future__ import annotations
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.jobs import ImageSpec, StackContext
@@ -13,7 +16,11 @@ from wheelfoundry.model import Options, TargetSpec
 from wheelfoundry.resolve import Resolved
 
 PAGE_SIZE_FLAG = "-Wl,-z,max-page-size=0x10000"  # aarch64 kernels with 64 KiB pages
-CUDA_HOME = "/usr/local/cuda"  # where PyTorch's CUDA builder images (and NVIDIA's installers) put the toolkit
+CUDA_HOME = "/usr/local/cuda"  # where the CUDA builder images (and NVIDIA's installers) put the toolkit
+NEWEST_GCC_TOOLSET = 14  # AlmaLinux 8 (manylinux_2_28) ships gcc-toolset-11 .. 14
+# Libraries only a torch build links: an extension cell compiles against torch's headers, which pull in
+# cuBLAS, cuSPARSE, cuSOLVER (ATen/cuda/CUDAContext.h), cuRAND, cuFFT and NVTX, but never these.
+FRAMEWORK_ONLY = ("cudnn", "nccl", "nvshmem", "cusparselt", "cufile", "cudss")
 
 
 def flag(value: bool) -> str:
@@ -113,13 +120,39 @@ def library_env(name: str, accelerator: str) -> dict[str, str]:
     return {}
 
 
-def image_for(platform: str, cuda: str | None, catalog: Catalog, config: FarmConfig) -> ImageSpec:
+def toolkit_requirements(lines: tuple[str, ...], extension: bool = False) -> tuple[str, ...]:
+    """The lines of a slim wheel's Requires-Dist that are CUDA toolkit parts (nvidia-*, cuda-toolkit):
+    what the builder's toolkit lock installs to compile against. An extension leaves out FRAMEWORK_ONLY."""
+    found = []
+    for line in lines:
+        try:
+            name = canonicalize_name(Requirement(line).name)
+        except InvalidRequirement:
+            continue
+        if not (name.startswith("nvidia-") or name == "cuda-toolkit"):
+            continue
+        if extension and any(part in name for part in FRAMEWORK_ONLY):
+            continue
+        found.append(line)
+    return tuple(found)
+
+
+def image_for(
+    platform: str, cuda: str | None, catalog: Catalog, config: FarmConfig, cuda_requirements: tuple[str, ...] = ()
+) -> ImageSpec:
+    """The builder image: the pinned manylinux_2_28 base of the platform, plus (CUDA) a toolkit assembled
+    from the lock of (CUDA version, platform) with the libraries ``cuda_requirements`` name."""
     tools = config.toolchain
     args = {"OPENMPI_VERSION": tools["openmpi"], "SCCACHE_VERSION": tools["sccache"]}
+    manylinux = f"manylinux_2_28_{platform}"
     if platform == "aarch64":
         args.update({"OPENBLAS_VERSION": tools["openblas"], "ACL_VERSION": tools["acl"]})
-        return ImageSpec("aarch64-cpu", tools["manylinux_aarch64"], args, "manylinux_2_28_aarch64")
     if cuda:
-        base = f"{tools['cuda_base']}:{catalog.cuda[cuda].image_tag}"
-        return ImageSpec("x86_64-cuda", base, {**args, "CUDA_VERSION": cuda}, "manylinux_2_28_x86_64")
-    return ImageSpec("x86_64-cpu", tools["manylinux_x86_64"], args, "manylinux_2_28_x86_64")
+        toolkit = catalog.cuda[cuda]
+        args |= {
+            "CUDA_VERSION": cuda,
+            "GCC_TOOLSET": str(min(toolkit.gcc_max or NEWEST_GCC_TOOLSET, NEWEST_GCC_TOOLSET)),
+            "CUDA_REQUIREMENTS": "\n".join(toolkit_requirements(cuda_requirements)),
+        }
+    recipe = f"{platform}-{'cuda' if cuda else 'cpu'}"
+    return ImageSpec(recipe, tools[f"manylinux_{platform}"], args, manylinux)

@@ -49,7 +49,9 @@ class CudaToolkit:
     archs: tuple[str, ...]  # compute capabilities this toolkit can target
     default_arch_list: str
     requirements: tuple[str, ...]  # pinned nvidia-* wheels a slim torch wheel depends on
-    image_tag: str  # pytorch/manylinux2_28-builder tag the builder image derives from
+    toolkit: str = ""  # NVIDIA's toolkit release the compiler comes from (its lock: buildspecs/images/scripts/cuda/)
+    gcc_max: int = 0  # the newest host GCC major this nvcc accepts (the builder image's gcc-toolset)
+    platforms: tuple[str, ...] = ("x86_64",)  # where its lock assembles a toolkit (aarch64: NVIDIA's linux-sbsa)
     env: Mapping[str, str] = field(default_factory=dict)  # build_cuda.sh exports for this toolkit
 
 
@@ -268,7 +270,9 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             archs=_tuple(tk["archs"]),
             default_arch_list=tk["default_arch_list"],
             requirements=_tuple(tk.get("requirements")),
-            image_tag=tk["image_tag"],
+            toolkit=tk.get("toolkit", ""),
+            gcc_max=int(tk.get("gcc_max", 0)),
+            platforms=_tuple(tk.get("platforms", ["x86_64"])),
             env=dict(tk.get("env", {})),
         )
         for version, tk in data["cuda"].items()

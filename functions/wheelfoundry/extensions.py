@@ -86,7 +86,10 @@ def plan_extension(
                 **buildenv.cache_env(context.bucket, context.region, f"ext-{tid}", bool(cuda)),
             }
             arch_list = None
+            toolkit_libraries: tuple[str, ...] = ()
             if cuda:
+                # torch's CUDA headers need these at compile time; the user's torch brings them at run time
+                toolkit_libraries = buildenv.toolkit_requirements(catalog.cuda[cuda].requirements, extension=True)
                 arch_list = request.arch_list or catalog.cuda[cuda].default_arch_list
                 env.update({"TORCH_CUDA_ARCH_LIST": arch_list, "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
                 env["CUDA_HOME"] = buildenv.CUDA_HOME
@@ -122,7 +125,7 @@ def plan_extension(
                     variant=label,
                     python=pythons,
                     packages=(pin,),
-                    image=buildenv.image_for(platform, cuda, catalog, config),
+                    image=buildenv.image_for(platform, cuda, catalog, config, toolkit_libraries),
                     instance=instance,
                     env=env,
                     requirements=(),

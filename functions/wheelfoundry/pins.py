@@ -16,6 +16,10 @@ from wheelfoundry.errors import Issue
 
 PIN_BASE = "pin it with `buildspecs/images/bump_base_images.py bump {}` where a registry is reachable, then redeploy"
 PIN_FILE = "add its sha256 to buildspecs/images/scripts/checksums.sha256 (the file says how), then redeploy"
+LOCK_CUDA = (
+    "lock it with `python3 tools/lock_cuda.py wheels {cuda} --platform {platform}` (CUDA 11/12: also `redist`), "
+    "then redeploy"
+)
 
 
 def archive_name(template: str, value: str, recipe: str) -> str:
@@ -56,6 +60,34 @@ def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
         why = f"job {job.id}: its builder image needs {name} ({arg}={value}), which has no pinned sha256 here; "
         why += PIN_FILE
         issues.append(Issue(where, why, value, _pinned_values(pins, arg, template, image.recipe)))
+    return issues + cuda_issues(job, pins)
+
+
+def cuda_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
+    """A CUDA builder image's toolkit: a lock for (CUDA version, platform) holding every library line."""
+    cuda = job.image.build_args.get("CUDA_VERSION")
+    locks = pins.get("cuda")
+    if not cuda or locks is None:  # a CPU image, or a bundle from before toolkit locks were recorded
+        return []
+    where = "targets" if job.kind == "pytorch" else "cuda"
+    lock = locks.get(f"{cuda}-{job.platform}")
+    hint = LOCK_CUDA.format(cuda=cuda, platform=job.platform)
+    if lock is None:
+        why = f"job {job.id}: this deployment has no CUDA {cuda} toolkit lock for {job.platform}; {hint}"
+        return [Issue(where, why, cuda, tuple(sorted(locks)))]
+    issues = []
+    if not lock.get("compiler", True):
+        why = f"job {job.id}: the CUDA {cuda} {job.platform} lock has no compiler (nvcc) yet; lock it with "
+        why += f"`python3 tools/lock_cuda.py redist {cuda} --platform {job.platform} ...`, then redeploy"
+        issues.append(Issue(where, why, cuda))
+    for line in filter(None, job.image.build_args.get("CUDA_REQUIREMENTS", "").splitlines()):
+        if line in lock["unavailable"]:
+            why = f"job {job.id}: CUDA {cuda} on {job.platform} cannot be built: {lock['unavailable'][line]}"
+            issues.append(Issue(where, why, line))
+        elif line not in lock["requirements"]:
+            issues.append(
+                Issue(where, f"job {job.id}: {line} is not in the CUDA {cuda} {job.platform} lock; {hint}", line)
+            )
     return issues
 
 

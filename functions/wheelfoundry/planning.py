@@ -123,7 +123,7 @@ def _pytorch_job(
         python=request.python,
         packages=pins,
         image=_release_image(
-            buildenv.image_for(target.platform, target.cuda, catalog, config),
+            buildenv.image_for(target.platform, target.cuda, catalog, config, requirements),
             resolved,
             catalog,
             buildenv.uses_acl(target),
@@ -150,7 +150,7 @@ def with_release_defaults(target: TargetSpec, resolved: Resolved) -> TargetSpec:
 def _release_image(image: ImageSpec, resolved: Resolved, catalog: Catalog, acl: bool) -> ImageSpec:
     """aarch64: OpenBLAS and ACL at the tags the release was built with (oneDNN needs its ACL); no ACL
     in the image (ACL_VERSION=none) when the build does not use it."""
-    if image.recipe != "aarch64-cpu":
+    if not image.recipe.startswith("aarch64-"):
         return image
     args = {**image.build_args, **catalog.aarch64_build_args(resolved.release)}
     return dataclasses.replace(image, build_args=args if acl else {**args, "ACL_VERSION": "none"})

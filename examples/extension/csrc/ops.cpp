@@ -7,6 +7,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 namespace wf_example_ops {
@@ -47,14 +48,42 @@ at::Tensor relu_square(const at::Tensor& x) {
   return out;
 }
 
+// out = a @ b for 2-D float tensors (the CUDA build calls cuBLAS through torch's handle).
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: 2-D tensors only");
+  TORCH_CHECK(a.size(1) == b.size(0), "matmul: shapes ", a.sizes(), " and ", b.sizes(), " do not chain");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "matmul: dtypes differ");
+  TORCH_CHECK(a.device().is_cpu() && b.device().is_cpu(), "matmul: CPU tensors only");
+  at::Tensor ac = a.contiguous();
+  at::Tensor bc = b.contiguous();
+  const int64_t m = ac.size(0), k = ac.size(1), n = bc.size(1);
+  at::Tensor out = at::zeros({m, n}, ac.options());
+  AT_DISPATCH_FLOATING_TYPES(ac.scalar_type(), "matmul", [&] {
+    const scalar_t* pa = ac.data_ptr<scalar_t>();
+    const scalar_t* pb = bc.data_ptr<scalar_t>();
+    scalar_t* po = out.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t p = 0; p < k; ++p) {
+        const scalar_t av = pa[i * k + p];
+        for (int64_t j = 0; j < n; ++j) {
+          po[i * n + j] += av * pb[p * n + j];
+        }
+      }
+    }
+  });
+  return out;
+}
+
 TORCH_LIBRARY(wf_example_ops, m) {
   m.def("scaled_add(Tensor a, Tensor b, float alpha) -> Tensor");
   m.def("relu_square(Tensor x) -> Tensor");
+  m.def("matmul(Tensor a, Tensor b) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(wf_example_ops, CPU, m) {
   m.impl("scaled_add", &scaled_add);
   m.impl("relu_square", &relu_square);
+  m.impl("matmul", &matmul);
 }
 
 }  // namespace wf_example_ops

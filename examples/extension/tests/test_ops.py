@@ -26,6 +26,17 @@ def test_relu_square_matches_torch(dtype: torch.dtype) -> None:
     assert got.dtype == dtype and got.shape == x.shape
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matmul_matches_torch(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(7, 5, generator=gen, dtype=dtype)
+    b = torch.randn(5, 3, generator=gen, dtype=dtype)
+    torch.testing.assert_close(wf_example_ops.matmul(a, b), a @ b)
+    torch.testing.assert_close(wf_example_ops.matmul(a.t().contiguous().t(), b), a @ b)  # non-contiguous
+    with pytest.raises(RuntimeError, match="do not chain"):
+        wf_example_ops.matmul(a, a)
+
+
 def test_non_contiguous_input() -> None:
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() - 5.0
     assert not x.is_contiguous()

@@ -16,6 +16,9 @@ def main() -> None:
     got = wf_example_ops.relu_square(a)
     if not torch.equal(got, torch.tensor([1.0, 0.0, 9.0])):
         raise AssertionError(f"relu_square gave {got.tolist()}")
+    got = wf_example_ops.matmul(a.reshape(3, 1), b.reshape(1, 3))
+    if not torch.equal(got, torch.outer(a, b)):
+        raise AssertionError(f"matmul gave {got.tolist()}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+# Builder for aarch64 CUDA wheels (Grace Hopper / Blackwell hosts), compiled on Graviton CPU instances:
+# the pinned manylinux_2_28 aarch64 base + a CUDA toolkit from the job's lock (scripts/cuda/
+# cuda-<CUDA_VERSION>-aarch64.toml: NVIDIA's linux-sbsa archives and aarch64 nvidia-* wheels, each
+# checked against its published sha256) + OpenBLAS and Arm Compute Library as in aarch64-cpu + Open MPI
+# (CUDA-aware) + sccache + the tools venv.
+ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_aarch64@sha256:f5f03dedf61b47d69d0742d36047db78adeee3bdb7a9910ff52304750ecf2514
+FROM ${BASE_IMAGE}
+
+ARG CUDA_VERSION
+ARG GCC_TOOLSET=14
+ARG CUDA_REQUIREMENTS=""
+ARG OPENBLAS_VERSION=v0.3.30
+ARG ACL_VERSION=v52.6.0
+ARG OPENMPI_VERSION=5.0.7
+ARG SCCACHE_VERSION=v0.10.0
+ARG TOOLS_PYTHON=/opt/python/cp312-cp312/bin/python
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# checkov:skip=CKV_DOCKER_7:BASE_IMAGE is pinned by digest (base-images.lock), which checkov cannot see through the ARG
+# checkov:skip=CKV_DOCKER_2:a builder image runs one build and exits; there is no service to health-check
+# checkov:skip=CKV_DOCKER_3:the build stages write /work and /opt as root inside a throwaway container on a one-job host
+
+# hadolint ignore=DL3041
+RUN dnf install -y libpng-devel libjpeg-turbo-devel libwebp-devel bzip2 "gcc-toolset-${GCC_TOOLSET}-gcc-c++" \
+    && dnf clean all
+ENV PATH=/opt/rh/gcc-toolset-${GCC_TOOLSET}/root/usr/bin:${PATH}
+
+COPY scripts/ /opt/wf/scripts/
+RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/install_tools.sh
+ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:/usr/local/cuda/bin:${PATH}
+RUN CUDA_VERSION="${CUDA_VERSION}" CUDA_REQUIREMENTS="${CUDA_REQUIREMENTS}" /opt/wf/scripts/install_cuda.sh
+ENV CUDA_HOME=/usr/local/cuda
+# One layer per toolchain piece: a changed pin rebuilds only its own layer.
+# hadolint ignore=DL3059
+RUN OPENBLAS_VERSION="${OPENBLAS_VERSION}" OPENBLAS_PREFIX=/opt/OpenBLAS /opt/wf/scripts/install_openblas.sh
+# hadolint ignore=DL3059
+RUN ACL_VERSION="${ACL_VERSION}" ACL_ROOT=/acl /opt/wf/scripts/install_acl.sh
+# hadolint ignore=DL3059
+RUN OPENMPI_VERSION="${OPENMPI_VERSION}" OPENMPI_PREFIX=/opt/openmpi /opt/wf/scripts/install_openmpi.sh
+# hadolint ignore=DL3059
+RUN SCCACHE_VERSION="${SCCACHE_VERSION}" /opt/wf/scripts/install_sccache.sh
+
+ENV OpenBLAS_HOME=/opt/OpenBLAS \
+    ACL_ROOT_DIR=/acl
+WORKDIR /work
