@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from wheelfoundry import upstream
+from wheelfoundry_cli import upstream
 from wheelfoundry.catalog import catalog_from_text, load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.jobs import Job
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-from wheelfoundry.upstream_facts import FACTS_FILE, read_facts_toml, read_files
+from wheelfoundry_cli.upstream_facts import FACTS_FILE, read_facts_toml, read_files
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
@@ -69,7 +69,7 @@ def test_x86_64_keeps_onednn_by_default_for_every_release() -> None:
 
 @pytest.mark.parametrize("minor", ["1.12", "1.13", "2.0", "2.5", "2.14"])
 def test_verify_finds_no_unexplained_difference_and_compares_onednn(minor: str) -> None:
-    from wheelfoundry.catalog_verify import compare
+    from wheelfoundry_cli.catalog_verify import compare
 
     findings = {f.fact: f for f in compare(load_catalog(), read_facts_toml(FIXTURES / f"torch-{minor}" / FACTS_FILE))}
     assert [name for name, f in findings.items() if f.status == "DIFFERS"] == []
@@ -84,7 +84,7 @@ def test_verify_finds_no_unexplained_difference_and_compares_onednn(minor: str) 
 
 
 def test_verify_reports_the_old_aarch64_defaults_as_unexplained() -> None:
-    from wheelfoundry.catalog_verify import compare
+    from wheelfoundry_cli.catalog_verify import compare
 
     text = CATALOG_TOML.read_text(encoding="utf-8")
     start = text.index('torch = "1.13"')

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from wheelfoundry import catalog_docs, upstream
+from wheelfoundry_cli import catalog_docs, upstream
 from wheelfoundry.catalog import catalog_from_text, load_catalog
-from wheelfoundry.catalog_verify import compare, source_problems
-from wheelfoundry.cli import main
-from wheelfoundry.upstream_facts import FACTS_FILE, read_facts_toml
+from wheelfoundry_cli.catalog_verify import compare, source_problems
+from wheelfoundry_cli.main import main
+from wheelfoundry_cli.upstream_facts import FACTS_FILE, read_facts_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
@@ -61,8 +61,8 @@ def test_catalog_matches_upstream_facts(minor: str, compared: int, explained: in
 def test_a_wrong_arch_list_is_an_unexplained_difference() -> None:
     text = CATALOG_TOML.read_text(encoding="utf-8")
     wrong = text.replace(
-        'default_arch_list = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"\nimage_tag = "cuda12.4"',
-        'default_arch_list = "8.0;9.0"\nimage_tag = "cuda12.4"',
+        'default_arch_list = "5.0;6.0;7.0;7.5;8.0;8.6;9.0"\ntoolkit = "12.4.1"',
+        'default_arch_list = "8.0;9.0"\ntoolkit = "12.4.1"',
     )
     assert wrong != text
     facts = read_facts_toml(FIXTURES / "torch-2.5" / FACTS_FILE)

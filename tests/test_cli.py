@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelfoundry.cli import main
+from wheelfoundry_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples/requests/torch-2.5.1-three-targets.json")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from wheelfoundry.cli import main
+from wheelfoundry_cli.main import main
 from wheelfoundry.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401

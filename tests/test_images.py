@@ -175,12 +175,15 @@ def test_cli_plan_prints_the_image_jobs(tmp_path: Path) -> None:
     request = tmp_path / "r.json"
     request.write_text('{"version": "2.5.1", "python": ["3.12"], "packages": ["torch"], "image": {"tz": "Asia/Tokyo"}}')
     out = subprocess.run(
-        [sys.executable, "-m", "wheelfoundry.cli", "plan", str(request)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "wheelfoundry_cli.main", "plan", str(request)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "IMAGE JOB" in out and "image-torch2.5.1-cpu-py3.12-x86_64" in out and "TZ=Asia/Tokyo" in out
     assert "--require-hashes" in out
     contracts = subprocess.run(
-        [sys.executable, "-m", "wheelfoundry.cli", "plan", str(request), "--json"], capture_output=True, text=True,
+        [sys.executable, "-m", "wheelfoundry_cli.main", "plan", str(request), "--json"], capture_output=True, text=True,
         check=True,
     ).stdout  # fmt: skip
     (image,) = json.loads(contracts)["images"]

@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from wheelfoundry.index import IndexFile, publish_index, render_project, render_root
-from wheelfoundry.index_server import object_key, serving
+from wheelfoundry_cli.index_server import object_key, serving
 
 BUCKET = "wheel-bucket-test"
 

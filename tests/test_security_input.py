@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from wheelfoundry.aws.runs import ValidateSettings, validate
-from wheelfoundry.cli import main
+from wheelfoundry_cli.main import main
 from wheelfoundry.errors import LaunchFailed, RequestInvalid
 from wheelfoundry.request import MAX_DEPTH, loads_request, parse_request
 

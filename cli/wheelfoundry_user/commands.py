@@ -30,12 +30,12 @@ def _start(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from wheelfoundry.catalog import load_catalog
-    from wheelfoundry.cli_request import load_source
+    from wheelfoundry_cli.request_flags import load_source
     from wheelfoundry.config import load_config
     from wheelfoundry.planning import plan_request
     from wheelfoundry.request import parse_request
 
-    raw = load_source(args.request)  # RequestInvalid: exit 2, every problem printed (wheelfoundry.cli)
+    raw = load_source(args.request)  # RequestInvalid: exit 2, every problem printed (wheelfoundry_cli.main)
     catalog, config = load_catalog(), load_config()
     plan = plan_request(parse_request(raw, catalog, config), catalog, config)
     farm = _farm(args)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from wheelfoundry.index_server import serving
+from wheelfoundry_cli.index_server import serving
 
 from .progress import Progress
 from .session import EmbeddedAws, ExecutionResult

@@ -182,7 +182,7 @@ IMAGE_REQUESTS: dict[str, dict[str, Any]] = {
 def test_rendered_image_jobs_per_variant_golden() -> None:
     """`plan --dry-run` of each image job (recipe, pinned base, build, test and push commands) as golden
     files; regenerate with WF_REGENERATE_GOLDEN=1 after a deliberate change."""
-    from wheelfoundry.render import _dry_run_images
+    from wheelfoundry_cli.render import _dry_run_images
 
     rendered = {}
     for name, raw in IMAGE_REQUESTS.items():

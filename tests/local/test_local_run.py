@@ -15,7 +15,7 @@ TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
 
 
 def wheelfoundry(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "wheelfoundry.cli", *args]
+    argv = [sys.executable, "-m", "wheelfoundry_cli.main", *args]
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
 
 

@@ -66,7 +66,7 @@ def job_ids(aws: EmbeddedAws) -> list[str]:
 def install_and_import(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> str:
     """A user's view, cheaply: pip takes the wheel from the index (and only from it) into a folder
     this venv (which has torch) imports; the compiled function runs."""
-    from wheelfoundry.index_server import serving
+    from wheelfoundry_cli.index_server import serving
 
     target = tmp_path / "installed"
     with serving(aws.client("s3"), stack.outputs["WheelBucketName"]) as base:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry import upstream
+from wheelfoundry_cli import upstream
 from wheelfoundry.catalog import Release
 
 FACTS_FILE = "upstream-facts.toml"

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.cli_catalog import add_catalog_commands
-from wheelfoundry.cli_request import add_builder_flags, build_raw_request
+from wheelfoundry_cli.catalog_commands import add_catalog_commands
+from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.jobs import Plan
 from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
-from wheelfoundry.render import render_dry_run, render_plan
+from wheelfoundry_cli.render import render_dry_run, render_plan
 from wheelfoundry.request import parse_request
 
 
@@ -55,7 +55,7 @@ def checkout_pins() -> dict[str, object] | None:
 def _index_serve(args: argparse.Namespace) -> int:
     import boto3
 
-    from wheelfoundry.index_server import serve_forever
+    from wheelfoundry_cli.index_server import serve_forever
 
     serve_forever(boto3.client("s3", region_name=args.region), args.bucket, args.port)
     return 0

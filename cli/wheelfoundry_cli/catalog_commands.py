@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry import catalog_docs
+from wheelfoundry_cli import catalog_docs
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.catalog_verify import compare, release_or_moving, report
-from wheelfoundry.upstream_facts import FACTS_FILE, UpstreamFacts, facts_toml, read_facts_toml, read_files
+from wheelfoundry_cli.catalog_verify import compare, release_or_moving, report
+from wheelfoundry_cli.upstream_facts import FACTS_FILE, UpstreamFacts, facts_toml, read_facts_toml, read_files
 
 
 def _cites(pairs: list[str]) -> dict[str, str]:

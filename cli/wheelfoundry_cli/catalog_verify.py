@@ -16,7 +16,7 @@ from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-from wheelfoundry.upstream_facts import UpstreamFacts
+from wheelfoundry_cli.upstream_facts import UpstreamFacts
 
 RELEASE_FACTS = ("python", "cuda", "cxx11_abi", "manylinux", "arch_list", "requirements", "env", "aarch64")
 
