@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from wheelfoundry_cli import upstream
+from wheelfoundry_cli.upstream_facts import needed_env, read_files
+
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-from wheelfoundry_cli.upstream_facts import needed_env, read_files
 
 
 def test_triton_follows_the_exact_torch_version() -> None:

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from wheelfoundry_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from wheelfoundry_cli.main import main
+
 from wheelfoundry.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401

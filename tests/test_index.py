@@ -10,9 +10,9 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from wheelfoundry_cli.index_server import object_key, serving
 
 from wheelfoundry.index import IndexFile, publish_index, render_project, render_root
-from wheelfoundry_cli.index_server import object_key, serving
 
 BUCKET = "wheel-bucket-test"
 

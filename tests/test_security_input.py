@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheelfoundry_cli.main import main
 
 from wheelfoundry.aws.runs import ValidateSettings, validate
-from wheelfoundry_cli.main import main
 from wheelfoundry.errors import LaunchFailed, RequestInvalid
 from wheelfoundry.request import MAX_DEPTH, loads_request, parse_request
 

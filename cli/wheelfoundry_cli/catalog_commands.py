@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry_cli import catalog_docs
 from wheelfoundry.catalog import load_catalog
+from wheelfoundry_cli import catalog_docs
 from wheelfoundry_cli.catalog_verify import compare, release_or_moving, report
 from wheelfoundry_cli.upstream_facts import FACTS_FILE, UpstreamFacts, facts_toml, read_facts_toml, read_files
 

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry_cli.catalog_commands import add_catalog_commands
-from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.jobs import Plan
 from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
-from wheelfoundry_cli.render import render_dry_run, render_plan
 from wheelfoundry.request import parse_request
+from wheelfoundry_cli.catalog_commands import add_catalog_commands
+from wheelfoundry_cli.render import render_dry_run, render_plan
+from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 
 
 def _plan_command(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry_cli import upstream
 from wheelfoundry.catalog import Release
+from wheelfoundry_cli import upstream
 
 FACTS_FILE = "upstream-facts.toml"
 # Set by upstream's script from the image or for its own packaging (the repair stage writes RPATHs

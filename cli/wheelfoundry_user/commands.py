@@ -28,9 +28,9 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _start(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
+    from wheelfoundry_cli.request_flags import load_source
 
     from wheelfoundry.catalog import load_catalog
-    from wheelfoundry_cli.request_flags import load_source
     from wheelfoundry.config import load_config
     from wheelfoundry.planning import plan_request
     from wheelfoundry.request import parse_request

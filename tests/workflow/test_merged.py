@@ -16,9 +16,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+from wheelfoundry_cli.index_server import serving
+
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, upload
 from wfbuild.envs import thin_env
-from wheelfoundry_cli.index_server import serving
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 ROOT = Path(__file__).resolve().parents[2]
