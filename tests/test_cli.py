@@ -38,14 +38,43 @@ def test_plan_example_prints_one_job_per_target() -> None:
     assert "3 job(s)" in result.stdout
 
 
-def test_plan_notes_the_images_a_stack_from_this_checkout_would_refuse() -> None:
-    result = run("plan", EXAMPLE)
-    note = result.stdout.split("note: a stack deployed from this checkout would refuse", 1)[1]
+CUDA_MATRIX = ("extension-cuda-12.4.json", "extension-cuda-matrix.json")
+
+
+@pytest.mark.parametrize(
+    "request_file", [EXAMPLE, "nightly", *(str(ROOT / "examples/requests" / f) for f in CUDA_MATRIX)]
+)
+def test_the_readme_example_nightly_and_every_catalog_cuda_version_plan_without_a_refusal(request_file: str) -> None:
+    result = run("plan", request_file)
+    assert result.returncode == 0, result.stderr
+    assert "would refuse" not in result.stdout, result.stdout
+
+
+def test_the_cuda_matrix_examples_cover_every_catalog_cuda_version() -> None:
+    from wheelfoundry.catalog import load_catalog
+
+    asked = set()
+    for name in CUDA_MATRIX:
+        asked |= set(json.loads((ROOT / "examples/requests" / name).read_text())["cuda"]) - {"cpu"}
+    assert asked == {"12.4", "12.6", "12.8", "13.0"}
+    offered = {c for r in load_catalog().releases if r.torch in ("2.5", "2.9", "2.11") for c in r.cuda}
+    assert asked <= offered
+
+
+def test_plan_notes_the_images_a_stack_from_this_checkout_would_refuse(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import wheelfoundry_cli.main as cli_main
+
+    pins = cli_main.checkout_pins()
+    assert pins is not None and "12.4-x86_64" in pins["cuda"]  # type: ignore[operator]
+    without = {**pins, "cuda": {k: v for k, v in pins["cuda"].items() if k != "12.4-x86_64"}}  # type: ignore[union-attr]
+    monkeypatch.setattr(cli_main, "checkout_pins", lambda: without)
+    assert main(["plan", EXAMPLE]) == 0
+    note = capsys.readouterr().out.split("note: a stack deployed from this checkout would refuse", 1)[1]
     assert note.startswith(" 1 image(s)") and "job torch2.5.1-cuda12.4-x86_64" in note
-    assert "pytorch/manylinux2_28-builder:cuda12.4" in note  # the CPU and aarch64 (ACL 24.04) jobs are buildable
+    assert "no CUDA 12.4 toolkit lock for x86_64" in note and "tools/lock_cuda.py wheels 12.4" in note
     assert "would refuse" not in run("plan", EXAMPLE, "--torch-only", "--json").stdout  # JSON stays the contract
-    cpu_only = run("plan", "--pytorch-version", "2.5.1", "--python-version", "3.12")
-    assert cpu_only.returncode == 0 and "would refuse" not in cpu_only.stdout
 
 
 def test_torch_only_lists_torch_alone() -> None:
@@ -131,7 +160,9 @@ def test_dry_run_shows_image_environment_and_stages_per_job() -> None:
         assert (
             stages.index("build-torch-3.11") < stages.index("build-torch-3.12") < stages.index("build-torchvision-3.11")
         )
-    assert "TORCH_CUDA_ARCH_LIST='8.0;8.6;9.0+PTX'" in cuda and "FROM pytorch/manylinux2_28-builder:cuda12.4" in cuda
+    assert "TORCH_CUDA_ARCH_LIST='8.0;8.6;9.0+PTX'" in cuda and "FROM quay.io/pypa/manylinux_2_28_x86_64" in cuda
+    assert "CUDA toolkit: buildspecs/images/scripts/cuda/cuda-12.4-x86_64.toml" in cuda
+    assert "build-arg CUDA_VERSION=12.4" in cuda and "    nvidia-cublas-cu12==12.4.5.8" in cuda
     assert "slim CUDA requirements" in cuda and "nvidia-cudnn-cu12==9.1.0.70" in cuda and "USE_CUDA=1" in cuda
     assert "BLAS=OpenBLAS" in arm and "USE_MKLDNN_ACL=1" in arm and "ACL_ROOT_DIR=/acl" in arm
     # ACL v24.04 and OpenBLAS v0.3.25: what upstream built 2.5 with (catalog release 2.5)

@@ -37,36 +37,62 @@ EXTENSION = {
 }
 
 
-def test_the_summary_is_the_bundles_lock_and_checksums() -> None:
+def test_the_summary_is_the_bundles_lock_checksums_and_toolkit_locks() -> None:
     assert "quay.io/pypa/manylinux_2_28_aarch64" in PINS["bases"] and "ComputeLibrary-24.04.tar.gz" in PINS["archives"]
-    assert not [b for b in PINS["bases"] if b.startswith("pytorch/manylinux2_28-builder")]  # not pinned yet
-    assert "ComputeLibrary-53.2.0.tar.gz" not in PINS["archives"]
+    assert not [b for b in PINS["bases"] if b.startswith("pytorch/")]  # no builder base nobody can pin
+    assert (
+        PINS["cuda"]["13.0-x86_64"]["compiler"]
+        and "nvidia-cublas==13.1.0.3" in PINS["cuda"]["13.0-x86_64"]["requirements"]
+    )
+    assert {"12.4-x86_64", "12.8-aarch64"} <= set(PINS["cuda"])
     assert json.loads(json.dumps(PINS)) == PINS  # it travels in bundles/current.json
 
 
-def test_a_pinned_toolchain_passes_and_each_unpinned_input_is_named() -> None:
-    jobs = {job.id: job for job in plan(THREE_TARGETS).jobs}
-    assert unbuildable([jobs["torch2.5.1-cpu-x86_64"], jobs["torch2.5.1-cpu-aarch64"]], [], PINS) == []
-    (base,) = unbuildable([jobs["torch2.5.1-cuda12.4-x86_64"]], [], PINS)
-    assert (base.path, base.value, base.allowed) == ("targets", "pytorch/manylinux2_28-builder:cuda12.4", ())
-    assert "torch2.5.1-cuda12.4-x86_64" in base.message and "no pinned digest" in base.message
-    newest = plan({"version": "2.14.1", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}).jobs
-    (acl,) = unbuildable(newest, [], PINS)
-    assert acl.value == "v53.2.0" and "ComputeLibrary-53.2.0.tar.gz (ACL_VERSION=v53.2.0)" in acl.message
-    assert {"v22.11", "v23.05.1", "v24.04", "v24.09"} <= set(acl.allowed)
-    # A pin added to the bundle is all it takes.
-    more = {**PINS, "archives": [*PINS["archives"], "ComputeLibrary-53.2.0.tar.gz"]}
-    assert unbuildable(newest, [], more) == []
+def _without(key: str, value: str) -> dict[str, Any]:
+    if key == "cuda":
+        return {**PINS, "cuda": {k: v for k, v in PINS["cuda"].items() if k != value}}
+    return {**PINS, key: [v for v in PINS[key] if v != value]}
 
 
-def test_extension_cuda_cells_need_the_cuda_base_and_a_bundle_without_pins_is_not_checked() -> None:
+def test_the_readme_example_is_buildable_and_each_unpinned_input_is_named() -> None:
+    jobs = plan(THREE_TARGETS).jobs
+    assert unbuildable(jobs, [], PINS) == []
+    by_id = {job.id: job for job in jobs}
+    (lock,) = unbuildable([by_id["torch2.5.1-cuda12.4-x86_64"]], [], _without("cuda", "12.4-x86_64"))
+    assert (lock.path, lock.value) == ("targets", "12.4") and "12.8-x86_64" in lock.allowed
+    assert "job torch2.5.1-cuda12.4-x86_64" in lock.message and "tools/lock_cuda.py wheels 12.4" in lock.message
+    no_nvcc = {**PINS, "cuda": {**PINS["cuda"], "12.4-x86_64": {**PINS["cuda"]["12.4-x86_64"], "compiler": False}}}
+    (compiler,) = unbuildable([by_id["torch2.5.1-cuda12.4-x86_64"]], [], no_nvcc)
+    assert "has no compiler" in compiler.message and "lock_cuda.py redist 12.4" in compiler.message
+    (acl,) = unbuildable([by_id["torch2.5.1-cpu-aarch64"]], [], _without("archives", "ComputeLibrary-24.04.tar.gz"))
+    assert acl.value == "v24.04" and "ComputeLibrary-24.04.tar.gz (ACL_VERSION=v24.04)" in acl.message
+    assert {"v22.11", "v23.05.1", "v24.09"} <= set(acl.allowed)
+
+
+def test_a_library_line_the_lock_lacks_or_cannot_serve_on_the_platform_is_named() -> None:
+    (job,) = [j for j in plan(THREE_TARGETS).jobs if j.cuda]
+    line = "nvidia-cudnn-cu12==9.1.0.70"
+    lock = PINS["cuda"]["12.4-x86_64"]
+    missing = {
+        **PINS,
+        "cuda": {"12.4-x86_64": {**lock, "requirements": [r for r in lock["requirements"] if r != line]}},
+    }
+    (issue,) = unbuildable([job], [], missing)
+    assert issue.value == line and "not in the CUDA 12.4 x86_64 lock" in issue.message
+    unavailable = {**PINS, "cuda": {"12.4-x86_64": {**lock, "unavailable": {line: "no manylinux wheel"}}}}
+    (issue,) = unbuildable([job], [], unavailable)
+    assert "cannot be built: no manylinux wheel" in issue.message
+
+
+def test_extension_cuda_cells_are_buildable_and_a_bundle_without_pins_is_not_checked() -> None:
     cpu, cuda = plan(EXTENSION).jobs
-    assert unbuildable([cpu], [], PINS) == []
-    (issue,) = unbuildable([cuda], [], PINS)
-    assert issue.path == "packages" and issue.value == "pytorch/manylinux2_28-builder:cuda13.0"
+    assert unbuildable([cpu, cuda], [], PINS) == []
+    assert cuda.image.base == "quay.io/pypa/manylinux_2_28_x86_64" and cuda.image.build_args["CUDA_VERSION"] == "13.0"
+    # an extension compiles against torch's CUDA headers (cuBLAS, cuSPARSE, cuSOLVER, ...), not cuDNN or NCCL
+    libraries = cuda.image.build_args["CUDA_REQUIREMENTS"].splitlines()
+    assert "nvidia-cublas==13.1.0.3" in libraries and not [r for r in libraries if "cudnn" in r or "nccl" in r]
     assert unbuildable([cuda], [], None) == []  # current.json from before pin summaries: checked on the host
-    pinned = {**PINS, "bases": [*PINS["bases"], "pytorch/manylinux2_28-builder:cuda13.0"]}
-    assert unbuildable([cuda], [], pinned) == []
+    assert unbuildable([cuda], [], {k: v for k, v in PINS.items() if k != "cuda"}) == []  # before toolkit locks
 
 
 def test_runtime_image_bases_are_checked() -> None:
@@ -91,7 +117,9 @@ class RecordingS3:
 def test_validate_refuses_before_writing_anything_unless_builds_run_without_containers() -> None:
     request = {"version": "2.14.1", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}
     event = {"request": request, "name": "r1", "execution": "arn:x"}
-    s3 = RecordingS3({"key": "bundles/abc.zip", "sha256": "abc", "pins": PINS})
+    s3 = RecordingS3(
+        {"key": "bundles/abc.zip", "sha256": "abc", "pins": _without("archives", "ComputeLibrary-53.2.0.tar.gz")}
+    )
     settings = ValidateSettings("bucket", "us-east-1", "builders", 24, 250.0, 900, 10)
     with pytest.raises(RequestInvalid, match=r"targets: job torch2\.14\.1-cpu-aarch64: .*ComputeLibrary-53\.2\.0"):
         validate(event, s3, settings, date(2026, 11, 23))
@@ -138,8 +166,11 @@ def test_pin_downloads_adds_the_digest_of_the_bytes_and_the_image_becomes_builda
         asked.append(url)
         return b"acl source archive bytes"
 
+    sums.write_text(
+        "".join(ln for ln in sums.read_text().splitlines(keepends=True) if "ComputeLibrary-52.6.0" not in ln)
+    )
     job = plan({"version": "2.10.0", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}).jobs
-    assert unbuildable(job, [], bundle_pins.summary(images))  # ACL v52.6.0 is not pinned
+    assert unbuildable(job, [], bundle_pins.summary(images))  # ACL v52.6.0 is not pinned here
     added = PIN_TOOL.add(["ACL_VERSION=v52.6.0"], "aarch64", fetch, sums)
     assert asked == ["https://github.com/ARM-software/ComputeLibrary/archive/refs/tags/v52.6.0.tar.gz"]
     digest = hashlib.sha256(b"acl source archive bytes").hexdigest()

@@ -47,7 +47,12 @@ def test_cuda_job_compiles_on_a_cpu_instance_with_memory_for_nvcc() -> None:
     assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "sccache"
     assert "nvidia-cudnn-cu12==9.1.0.70" in job.requirements
     assert env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"].split(" | ") == list(job.requirements)
-    assert job.image.recipe == "x86_64-cuda" and job.image.base.endswith(":cuda12.4")
+    # The toolkit comes from the CUDA 12.4 lock on the pinned manylinux base, never a CUDA base image;
+    # its libraries are the wheel's own nvidia-* pins (triton is not a toolkit part).
+    assert job.image.recipe == "x86_64-cuda" and job.image.base == "quay.io/pypa/manylinux_2_28_x86_64"
+    args = job.image.build_args
+    assert args["CUDA_VERSION"] == "12.4" and args["GCC_TOOLSET"] == "13"  # nvcc 12.4 accepts GCC <= 13
+    assert args["CUDA_REQUIREMENTS"].splitlines() == [r for r in job.requirements if r.startswith("nvidia-")]
     assert job.packages[0].build_version == "2.5.1+cu124"
 
 

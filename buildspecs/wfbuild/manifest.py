@@ -47,8 +47,11 @@ def _tool_version(argv: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if re.search(r"\d+\.\d+", ln)]
-    # nvcc prints its release on the last line ("Cuda compilation tools, release 12.4, V12.4.131").
-    return (lines[-1] if argv[0] == "nvcc" else lines[0]) if lines else None
+    # nvcc prints its release on a line of its own ("Cuda compilation tools, release 12.4, V12.4.131"),
+    # the last one up to CUDA 12, followed by a "Build cuda_13.0.r13.0/..." line from CUDA 13.
+    if argv[0] == "nvcc":
+        lines = [ln for ln in lines if "release" in ln] or lines
+    return lines[0] if lines else None
 
 
 def toolchain(work: Path) -> dict[str, Any]:

@@ -104,7 +104,14 @@ def render_dry_run(plan: Plan, explain: bool = False) -> str:
         out.append(f"runs on: {' '.join(runs_on(job))}")
         out.append(f"image: {job.image.recipe} (FROM {job.image.base}; repaired to {job.image.manylinux})")
         for key, value in sorted(job.image.build_args.items()):
-            out.append(f"  build-arg {key}={value}")
+            if key == "CUDA_REQUIREMENTS":  # one library a line: what the toolkit lock installs
+                out.append(f"  build-arg {key}: " + ("none" if not value else f"{len(value.splitlines())} line(s)"))
+                out += [f"    {line}" for line in value.splitlines()]
+            else:
+                out.append(f"  build-arg {key}={value}")
+        if job.image.build_args.get("CUDA_VERSION"):
+            cuda, platform = job.image.build_args["CUDA_VERSION"], job.platform
+            out.append(f"CUDA toolkit: buildspecs/images/scripts/cuda/cuda-{cuda}-{platform}.toml (install_cuda.py)")
         if job.requirements:
             out.append("slim CUDA requirements (Requires-Dist of torch):")
             out += [f"  {req}" for req in job.requirements]

@@ -80,6 +80,9 @@ class Release:
     source: str
     manylinux: str = "2_28"  # upstream's x86_64 baseline: "2_17" (manylinux2014) or "2_28"
     cuda_build: Mapping[str, CudaBuild] = field(default_factory=dict)
+    # CUDA versions upstream built linux-aarch64 (sbsa) wheels for, and how where they differ from x86_64
+    aarch64_cuda: tuple[str, ...] = ()
+    cuda_build_aarch64: Mapping[str, CudaBuild] = field(default_factory=dict)
     aarch64: Mapping[str, str] = field(default_factory=dict)  # upstream "openblas" / "acl" tags
     aarch64_mkldnn: bool = True  # upstream's aarch64 CPU wheels had oneDNN (+ ACL): a request's default
     # exact torch version -> the triton requirement of its CUDA wheels (it moves with patches: 2.3.0/2.3.1)
@@ -119,6 +122,7 @@ class MovingRef:
     cuda: tuple[str, ...]
     libraries: tuple[str, ...]
     cxx11_abi: bool
+    aarch64_cuda: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -143,10 +147,17 @@ class Catalog:
         """Every exact torch version the catalog can pair, oldest first."""
         return tuple(f"{r.torch}.{p}" for r in self.releases for p in r.patches)
 
-    def toolkit_for(self, release: Release | None, cuda: str) -> CudaToolkit:
-        """The toolkit as ``release``'s upstream build used it (arch list, pins, env)."""
+    def toolkit_for(self, release: Release | None, cuda: str, platform: str = "x86_64") -> CudaToolkit:
+        """The toolkit as ``release``'s upstream build for ``platform`` used it (arch list, pins, env)."""
         toolkit = self.cuda[cuda]
         build = release.cuda_build.get(cuda) if release else None
+        if release and platform == "aarch64" and cuda in release.cuda_build_aarch64:
+            aarch64 = release.cuda_build_aarch64[cuda]  # on top of the x86_64 build of the release
+            build = CudaBuild(
+                aarch64.arch_list or (build.arch_list if build else None),
+                aarch64.requirements if aarch64.requirements is not None else (build.requirements if build else None),
+                {**(build.env if build else {}), **aarch64.env},
+            )
         if build is None:
             return toolkit
         return dataclasses.replace(
@@ -156,21 +167,23 @@ class Catalog:
             env={**toolkit.env, **build.env},
         )
 
-    def cuda_requirements(self, release: Release | None, cuda: str, version: str | None) -> tuple[str, ...]:
+    def cuda_requirements(
+        self, release: Release | None, cuda: str, version: str | None, platform: str = "x86_64"
+    ) -> tuple[str, ...]:
         """Requires-Dist of a slim CUDA torch wheel: the toolkit's pins as ``release`` used them, plus the
         triton that upstream's CUDA wheels of that exact ``version`` require (an RC: its final's)."""
-        pins = self.toolkit_for(release, cuda).requirements
+        pins = self.toolkit_for(release, cuda, platform).requirements
         triton = release.triton.get(Version(version).base_version) if release and version and pins else None
         return (*pins, triton) if triton else pins
 
-    def cuda_env(self, release: Release | None, cuda: str) -> dict[str, str]:
+    def cuda_env(self, release: Release | None, cuda: str, platform: str = "x86_64") -> dict[str, str]:
         """Upstream's build_cuda.sh variables for a slim wheel of ``cuda``."""
-        return {**self.build_env.get("cuda", {}), **self.toolkit_for(release, cuda).env}
+        return {**self.build_env.get("cuda", {}), **self.toolkit_for(release, cuda, platform).env}
 
     def torch_build_env(self, release: Release | None, platform: str, cuda: str | None) -> dict[str, str]:
         """Upstream's build-script variables for a torch wheel of this platform / CUDA."""
         if cuda:
-            return self.cuda_env(release, cuda)
+            return self.cuda_env(release, cuda, platform)
         return dict(self.build_env.get("cpu" if platform == "x86_64" else platform, {}))
 
     def aarch64_build_args(self, release: Release | None) -> dict[str, str]:
@@ -245,6 +258,8 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             source=rel.get("source", ""),
             manylinux=rel.get("manylinux", "2_28"),
             cuda_build={k: _cuda_build(v) for k, v in rel.get("cuda_build", {}).items()},
+            aarch64_cuda=_tuple(rel.get("aarch64_cuda")),
+            cuda_build_aarch64={k: _cuda_build(v) for k, v in rel.get("cuda_build_aarch64", {}).items()},
             aarch64=dict(rel.get("aarch64", {})),
             aarch64_mkldnn=bool(rel.get("aarch64_mkldnn", True)),
             triton=dict(rel.get("triton", {})),
@@ -260,6 +275,7 @@ def _load(data: Mapping[str, Any]) -> Catalog:
             cuda=_tuple(ref["cuda"]),
             libraries=_tuple(ref["libraries"]),
             cxx11_abi=bool(ref.get("cxx11_abi", True)),
+            aarch64_cuda=_tuple(ref.get("aarch64_cuda")),
             sources=dict(ref.get("sources", {})),
         )
         for name, ref in data["moving"].items()

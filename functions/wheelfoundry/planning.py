@@ -77,7 +77,8 @@ def _packages(
 
 def _hours(target: TargetSpec, pins: tuple[PackagePin, ...], config: FarmConfig) -> float:
     est = config.estimates
-    kind = "aarch64" if target.platform == "aarch64" else target.accelerator
+    kind = {"x86_64": target.accelerator, "aarch64": "aarch64"}[target.platform]
+    kind += "_cuda" if target.platform == "aarch64" and target.accelerator == "cuda" else ""
     torch_pythons = len(pins[0].python) if pins and pins[0].name == "torch" else 0
     hours = est["setup"] + (est["torch_first"][kind] if torch_pythons else 0.0)
     hours += max(0, torch_pythons - 1) * est["torch_each_more_python"][kind]
@@ -100,14 +101,17 @@ def _pytorch_job(
     pins, notes = _packages(request, resolved, catalog, label, today, target.accelerator)
     kind = f"{target.platform}-{target.accelerator}"
     instance = choose_instance(kind, target.instance_type, request.options.spot, config)
-    toolkit = catalog.toolkit_for(resolved.release, target.cuda) if target.cuda else None  # as upstream built it
+    # as upstream built it for this platform
+    toolkit = catalog.toolkit_for(resolved.release, target.cuda, target.platform) if target.cuda else None
     arch_list = (target.arch_list or toolkit.default_arch_list) if toolkit else None
     jobs = max_jobs(instance, target.accelerator, config)
     env = buildenv.torch_env(target, resolved, request.options, arch_list, jobs, context, tid)
     # build_cuda.sh / build_cpu.sh variables, as upstream builds the release
     env.update(catalog.torch_build_env(resolved.release, target.platform, toolkit.version if toolkit else None))
     requirements = (
-        catalog.cuda_requirements(resolved.release, toolkit.version, resolved.torch_version) if toolkit else ()
+        catalog.cuda_requirements(resolved.release, toolkit.version, resolved.torch_version, target.platform)
+        if toolkit
+        else ()
     )
     if requirements:
         env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)

@@ -39,6 +39,7 @@ class Resolved:
     cuda: tuple[str, ...]
     paired: Mapping[str, str] = field(default_factory=dict)  # library -> exact version or moving ref
     cxx11_abi: bool = True
+    aarch64_cuda: tuple[str, ...] = ()  # CUDA versions with linux-aarch64 builds (upstream's, per the catalog)
 
     @property
     def is_pinned(self) -> bool:
@@ -74,10 +75,23 @@ def resolve_version(spec: str, catalog: Catalog) -> Resolved:
     if kind in ("nightly", "main"):
         moving = catalog.moving[spec]
         paired = {lib: moving.ref for lib in moving.libraries}
-        return Resolved(spec, spec, None, None, moving, None, moving.python, moving.cuda, paired, moving.cxx11_abi)  # type: ignore[arg-type]
+        return Resolved(
+            spec,
+            spec,  # type: ignore[arg-type]
+            None,
+            None,
+            moving,
+            None,
+            moving.python,
+            moving.cuda,
+            paired,
+            moving.cxx11_abi,
+            moving.aarch64_cuda,
+        )
     if kind in ("commit", "ref"):
         every_cuda = tuple(sorted(catalog.cuda, key=Version))
-        return Resolved(spec, kind, None, None, None, None, _all_python(catalog), every_cuda, {}, True)
+        aarch64 = tuple(c for c in every_cuda if "aarch64" in catalog.cuda[c].platforms)
+        return Resolved(spec, kind, None, None, None, None, _all_python(catalog), every_cuda, {}, True, aarch64)
     rc_parts = parse_rc(spec)
     if rc_parts is not None:
         base, number = rc_parts
@@ -89,7 +103,17 @@ def resolve_version(spec: str, catalog: Catalog) -> Resolved:
         version = f"{base}-rc{number}"
         paired = _pair(release, base, number)
         return Resolved(
-            spec, "rc", version, release, None, number, release.python, release.all_cuda, paired, release.cxx11_abi
+            spec,
+            "rc",
+            version,
+            release,
+            None,
+            number,
+            release.python,
+            release.all_cuda,
+            paired,
+            release.cxx11_abi,
+            release.aarch64_cuda,
         )
     minor = minor_of(spec) or spec
     release = _release_for(minor, catalog)
@@ -108,6 +132,7 @@ def resolve_version(spec: str, catalog: Catalog) -> Resolved:
         release.all_cuda,
         _pair(release, exact, None),
         release.cxx11_abi,
+        release.aarch64_cuda,
     )
 
 

@@ -172,8 +172,12 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
                 issues.append(Issue(where, f"CUDA {cuda} is not available for torch {r.spec}", cuda, ("cpu", *r.cuda)))
     cudas = [c for _, c in _strs(data.get("cuda")) if c != "cpu"]
     platforms = [p for _, p in _strs(data.get("platforms"))]
-    if cudas and "aarch64" in platforms:
-        issues.append(Issue("platforms", "CUDA extensions are built for x86_64 only", "aarch64", ("x86_64",)))
+    if "aarch64" in platforms:  # aarch64 CUDA cells build against upstream's aarch64 CUDA torch wheels
+        for r in resolved:
+            for i, cuda in _strs(data.get("cuda")):
+                if cuda != "cpu" and cuda in r.cuda and cuda not in r.aarch64_cuda and f"cuda[{i}]" not in skip:
+                    why = f"CUDA {cuda} on aarch64 is not available for torch {r.spec} (upstream builds no such wheel)"
+                    issues.append(Issue(f"cuda[{i}]", why, cuda, ("cpu", *r.aarch64_cuda)))
     arch_list = data.get("arch_list")
     if isinstance(arch_list, str) and "arch_list" not in skip:
         for cuda in cudas:

@@ -46,10 +46,13 @@ def check_arch_list(where: str, arch_list: str, toolkit: CudaToolkit) -> list[Is
 
 def _check_cuda(where: str, target: Mapping[str, Any], resolved: Resolved, catalog: Catalog) -> list[Issue]:
     cuda = target.get("cuda")
-    if target.get("platform") == "aarch64":
-        return [Issue(f"{where}.accelerator", "aarch64 targets are CPU-only", "cuda", ("cpu",))]
+    aarch64 = target.get("platform") == "aarch64"
+    offered = resolved.aarch64_cuda if aarch64 else resolved.cuda
     if cuda is None:
-        return [Issue(f"{where}.cuda", "required when accelerator is cuda", None, resolved.cuda)]
+        return [Issue(f"{where}.cuda", "required when accelerator is cuda", None, offered)]
+    if aarch64 and cuda not in offered:
+        why = f"CUDA {cuda} on aarch64 is not available for torch {resolved.spec} (upstream builds no such wheel)"
+        return [Issue(f"{where}.cuda", why, cuda, offered)]
     if cuda not in resolved.cuda:
         return [Issue(f"{where}.cuda", f"CUDA {cuda} is not available for torch {resolved.spec}", cuda, resolved.cuda)]
     toolkit = catalog.cuda[cuda]

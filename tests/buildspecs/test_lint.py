@@ -24,7 +24,7 @@ def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
 
 
 def test_there_is_something_to_lint() -> None:
-    assert len(SCRIPTS) >= 8 and len(DOCKERFILES) == 3 and CODEBUILD
+    assert len(SCRIPTS) >= 8 and len(DOCKERFILES) == 4 and CODEBUILD
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(BUILDSPECS)))

@@ -217,8 +217,15 @@ def test_image_tag_follows_recipe_and_args(tmp_path: Path) -> None:
     lock.write_text(lock.read_text().replace("sha256:f5f0", "sha256:0000"))
     (copy / "images" / "scripts" / "install_acl.sh").write_text((BUNDLE / "images/scripts/install_acl.sh").read_text())
     assert container.image_tag(job, copy) != tag
+    # A CUDA builder is the pinned manylinux base plus the toolkit lock: changing the lock is a new image.
     cuda = jobs("torch-2.5.1")["torch2.5.1-cuda12.4-x86_64"]
-    with pytest.raises(RuntimeError, match="refusing an unpinned base image: pytorch/manylinux2_28-builder"):
+    cuda_tag = container.image_tag(cuda, copy)
+    assert cuda_tag.startswith("wheelfoundry-builder:x86_64-cuda-")
+    cuda_lock = copy / "images" / "scripts" / "cuda" / "cuda-12.4-x86_64.toml"
+    cuda_lock.write_text(cuda_lock.read_text() + "\n")
+    assert container.image_tag(cuda, copy) != cuda_tag
+    cuda["image"]["base"] = "nvidia/cuda:12.4.1-devel-rockylinux8"  # a base nobody pinned
+    with pytest.raises(RuntimeError, match="refusing an unpinned base image: nvidia/cuda:12.4.1-devel"):
         container.image_tag(cuda, BUNDLE)
 
 

@@ -1,7 +1,9 @@
 """Merged extension wheels through the shipped template and ASL: packed cells, one wheel, the right build.
 
-Real builds on this host: torch 2.13.0+cpu and 2.14.1+cu130 come from this machine's package files,
-nvcc 13.0 compiles the CUDA cell (no GPU needed to compile, or to import the CUDA build). The user
+Real builds on this host: torch 2.13.0+cpu and 2.14.1+cu130 come from the package index, and the CUDA
+cell compiles with the CUDA 13.0 toolkit the runner installs from the repository's own lock
+(buildspecs/images/scripts/cuda/cuda-13.0-x86_64.toml) with every system CUDA hidden: no nvcc on PATH,
+no CUDA_HOME (no GPU needed to compile, or to import the CUDA build). The user
 venvs see a cached build environment's torch through a .pth file (wfbuild.envs.thin_env): a fresh
 venv with that torch, without copying 5 GB per test; the wheel itself comes from the emulated index.
 """
@@ -16,6 +18,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from wheelfoundry_cli.index_server import serving
 
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, upload
@@ -70,9 +73,19 @@ def loaded_build(venv: Path, module: str) -> str:
     return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
 
 
+def hide_system_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a machine without a CUDA toolkit looks like to the builds the embedded AWS starts."""
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDACXX"):
+        monkeypatch.delenv(name, raising=False)
+    assert shutil.which("nvcc") is None
+
+
 def test_cpu_and_cuda_cells_of_two_torch_releases_merge_into_one_wheel(
-    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    hide_system_cuda(monkeypatch)
     uri = upload(aws, stack, copy_example("extension", tmp_path), "wf-example-ops")
     # torch 2.13 has no CUDA build on this machine's mirror: that one cell fails, the rest still ship.
     request = extension_request(uri, name="wf-example-ops", torch=["2.13", "2.14"], cuda=["cpu", "13.0"])
@@ -84,6 +97,12 @@ def test_cpu_and_cuda_cells_of_two_torch_releases_merge_into_one_wheel(
     assert report["missing_cells"] == ["torch2.13.0-cp311-cuda13.0-x86_64"]
     # Packing: one instance per CUDA toolkit (cpu, 13.0), not one per cell; the CPU job's cells overlap.
     assert len(launched_by(aws, result.arn)) == 2
+    # The CUDA cell compiled with the locked toolkit the runner installed (its CUDA_HOME, its nvcc first on
+    # PATH), with no other nvcc on PATH and no CUDA_HOME of the machine's.
+    cuda_job = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-example-ops-cuda13.0-x86_64/manifest.json")
+    toolkit = cuda_job["toolchain"]["cuda_toolkit"]
+    assert "/toolkits/cuda13.0-x86_64-" in toolkit["cuda_home"] and toolkit["release"] == "13.0.2"
+    assert "nvidia-cublas==13.1.0.3" in toolkit["wheels"] and "release 13.0" in cuda_job["toolchain"]["nvcc"]
     stages = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-example-ops-cpu-x86_64/manifest.json")["stages"]
     cells: dict[str, list[float]] = {}
     for stage in (s for s in stages if s.get("group")):
