@@ -69,7 +69,7 @@ def test_plan_notes_the_images_a_stack_from_this_checkout_would_refuse(
     pins = cli_main.checkout_pins()
     assert pins is not None and "12.4-x86_64" in pins["cuda"]  # type: ignore[operator]
     without = {**pins, "cuda": {k: v for k, v in pins["cuda"].items() if k != "12.4-x86_64"}}  # type: ignore[union-attr]
-    monkeypatch.setattr(cli_main, "checkout_pins", lambda: without)
+    monkeypatch.setattr(cli_main, "checkout_pins", lambda cuda=None: without)
     assert main(["plan", EXAMPLE]) == 0
     note = capsys.readouterr().out.split("note: a stack deployed from this checkout would refuse", 1)[1]
     assert note.startswith(" 1 image(s)") and "job torch2.5.1-cuda12.4-x86_64" in note

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +62,8 @@ def pinned(sums: Path = SUMS) -> dict[str, str]:
 
 
 def download(url: str) -> bytes:
+    import urllib.request  # only `add` downloads; the bundle summary reads pins without it
+
     if not url.startswith("https://"):
         raise ValueError(f"refusing a non-https download: {url}")
     with urllib.request.urlopen(url, timeout=300) as response:  # noqa: S310 (https only, checked above)

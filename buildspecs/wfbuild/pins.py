@@ -41,13 +41,16 @@ def bump_module(images: Path) -> ModuleType:
     return image_tool(images, "bump_base_images")
 
 
-def cuda_locks(images: Path) -> dict[str, dict[str, Any]]:
+def cuda_locks(images: Path, only: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """``{"12.8-aarch64": {"compiler": True, "requirements": [...], "unavailable": {line: why}}}``: the locks
     (scripts/cuda/, what install_cuda.py installs) and the requirement lines each can serve."""
     import tomllib  # the bundle publisher's Python 3.12 (an EC2 host's runner never calls this)
 
     found = {}
     for path in sorted((images / "scripts" / "cuda").glob("cuda-*.toml")):
+        if only is not None and path.stem.removeprefix("cuda-") not in only:
+            found[path.stem.removeprefix("cuda-")] = {"compiler": True, "requirements": [], "unavailable": {}}
+            continue  # a caller checking a few jobs (`plan`) reads only their locks; the rest just exist
         lock = tomllib.loads(path.read_text(encoding="utf-8"))
         compiler = bool(lock.get("archive")) or any(w.get("part") == "compiler" for w in lock.get("wheel", []))
         found[f"{lock['cuda']}-{lock['platform']}"] = {
@@ -58,9 +61,9 @@ def cuda_locks(images: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-def summary(images: Path) -> dict[str, Any]:
+def summary(images: Path, cuda: set[str] | None = None) -> dict[str, Any]:
     """``{"bases": [...], "archives": [...], "archive_names": ARCHIVES, "cuda": {...}}`` for
-    bundles/current.json."""
+    bundles/current.json (``cuda``: read only these "<version>-<platform>" locks in full)."""
     bases = sorted(bump_module(images).load(images / "base-images.lock"))
     archives = sorted(image_tool(images, "pin_downloads").pinned(images / "scripts" / "checksums.sha256"))
-    return {"bases": bases, "archives": archives, "archive_names": ARCHIVES, "cuda": cuda_locks(images)}
+    return {"bases": bases, "archives": archives, "archive_names": ARCHIVES, "cuda": cuda_locks(images, cuda)}

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
@@ -35,21 +36,22 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(render_dry_run(plan, explain=args.explain))
     else:
         print(render_plan(plan, explain=args.explain))
-    if not args.json and (issues := unbuildable(plan.jobs, plan.images, checkout_pins())):
+    toolkits = {f"{j.image.build_args['CUDA_VERSION']}-{j.platform}" for j in plan.jobs if j.cuda}
+    if not args.json and (issues := unbuildable(plan.jobs, plan.images, checkout_pins(toolkits))):
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
         print("\n".join(f"  - {issue}" for issue in issues))
     return 0
 
 
-def checkout_pins() -> dict[str, object] | None:
-    """What this checkout's build bundle can build images from (as its publisher would record); None
-    where there is no checkout beside the package (an installed wheel, a Lambda)."""
+def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
+    """What this checkout's build bundle can build images from (as its publisher would record; ``cuda``:
+    the toolkit locks to read in full); None where there is no checkout beside the package."""
     images = Path(__file__).resolve().parents[2] / "buildspecs" / "images"
     try:
         from wfbuild.pins import summary
     except ImportError:
         return None
-    return summary(images) if (images / "base-images.lock").is_file() else None
+    return summary(images, cuda) if (images / "base-images.lock").is_file() else None
 
 
 def _index_serve(args: argparse.Namespace) -> int:
@@ -61,7 +63,20 @@ def _index_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+LOCAL_COMMANDS = frozenset({"local"})
+USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index"})
+
+
+def _command_word(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named on the command line (None: none yet, e.g. --help): which modules to load."""
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; the embedded AWS (moto, boto3) and the user's commands are imported only
+    when the command needs them, so `plan` and `catalog` start in a fraction of a second."""
+    word = _command_word(argv)
+    everything = word is None or word not in {"plan", "catalog", *LOCAL_COMMANDS, *USER_COMMANDS}
     parser = argparse.ArgumentParser(prog="wheelfoundry", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser(
@@ -83,23 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     serve.set_defaults(func=_index_serve)
     add_catalog_commands(sub)
-    try:
-        from wheelfoundry_local.cli import add_local_commands
-    except ImportError:  # the Lambda bundle and a plain install have no local mode
-        pass
-    else:
-        add_local_commands(sub)
-    try:
+    if everything or word in LOCAL_COMMANDS:
+        try:
+            from wheelfoundry_local.cli import add_local_commands
+        except ImportError:  # a plain install without the [local] extra has no local mode
+            pass
+        else:
+            add_local_commands(sub)
+    if everything or word in USER_COMMANDS:
         from wheelfoundry_user.commands import add_user_commands
-    except ImportError:  # the Lambda bundle has no user commands (cli/wheelfoundry_user)
-        pass
-    else:
+
         add_user_commands(sub, index_sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.func(args)
     except RequestInvalid as exc:

@@ -1,0 +1,56 @@
+"""How long `wheelfoundry plan` takes, as a user runs it (a new process each time).
+
+    .venv/bin/python bench/plan_time.py [--runs 10]
+
+Prints a table (request, runs, best, median, worst in ms) and writes bench/results/plan_time-<UTC>.json.
+The goal (issue: the first hour of a new user) is 300 ms for a one-job request: the command imports
+neither the embedded AWS nor boto3 for `plan`, and reads only the toolkit locks its jobs use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUESTS = {
+    "one extension job (extension-demo.json)": "examples/requests/extension-demo.json",
+    "three framework jobs (torch-2.5.1-three-targets.json)": "examples/requests/torch-2.5.1-three-targets.json",
+    "nightly preset": "nightly",
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    exe = os.path.join(os.path.dirname(sys.executable), "wheelfoundry")
+    rows = []
+    for label, request in REQUESTS.items():
+        times = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            subprocess.run([exe, "plan", request], cwd=ROOT, capture_output=True, check=True)
+            times.append((time.perf_counter() - started) * 1000)
+        rows.append({"request": label, "runs": args.runs, "best_ms": min(times), "median_ms": statistics.median(times),
+                     "worst_ms": max(times)})  # fmt: skip
+    print(f"{'request':58} {'runs':>4} {'best':>7} {'median':>7} {'worst':>7}")
+    for r in rows:
+        print(
+            f"{r['request']:58} {r['runs']:>4} {r['best_ms']:>5.0f}ms {r['median_ms']:>5.0f}ms {r['worst_ms']:>5.0f}ms"
+        )
+    out = ROOT / "bench" / "results" / f"plan_time-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps({"cpus": os.cpu_count(), "load": os.getloadavg(), "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
