@@ -32,20 +32,40 @@ BASE_PTH = "_wf_base.pth"
 LINKED_TOOLS = ("ninja", "cmake")  # binaries the thin venv's PATH must see (cpp_extension runs ninja)
 
 
+def python_candidates(version: str, environ: Mapping[str, str]) -> list[str]:
+    """Where a CPython ``3.11`` may live, in the order every executor and host mode looks (one rule):
+    WF_PYTHON_3_11; manylinux's /opt/python; this interpreter; pyenv's installs ($PYENV_ROOT/versions,
+    the real interpreters, never its shims); uv's managed Pythons ($UV_PYTHON_INSTALL_DIR or
+    ~/.local/share/uv/python); then python3.11 on PATH."""
+    tag = "cp" + version.replace(".", "")
+    found = [environ.get("WF_PYTHON_" + version.replace(".", "_"), ""), f"/opt/python/{tag}-{tag}/bin/python"]
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        found.append(sys.executable)
+    home = Path(environ.get("HOME") or Path.home())
+    pyenv = Path(environ.get("PYENV_ROOT") or home / ".pyenv") / "versions"
+    found += [str(p) for p in sorted(pyenv.glob(f"{version}.*/bin/python{version}"), reverse=True)]
+    uv = Path(environ.get("UV_PYTHON_INSTALL_DIR") or home / ".local" / "share" / "uv" / "python")
+    found += [str(p) for p in sorted(uv.glob(f"cpython-{version}.*-linux-*/bin/python{version}"), reverse=True)]
+    shims = {str(pyenv.parent / "shims")}
+    for folder in environ.get("PATH", os.defpath).split(os.pathsep):
+        if folder and folder not in shims and os.access(os.path.join(folder, f"python{version}"), os.X_OK):
+            found.append(os.path.join(folder, f"python{version}"))
+    return list(dict.fromkeys(filter(None, found)))
+
+
 def find_python(version: str, environ: Mapping[str, str] | None = None) -> str:
-    """The interpreter for ``3.11``: WF_PYTHON_3_11, a manylinux /opt/python, this one, or PATH."""
+    """The interpreter for ``3.11`` (python_candidates' order); the error names what to set."""
     environ = os.environ if environ is None else environ
     check(PYTHON, version, "python")
-    tag = "cp" + version.replace(".", "")
-    candidates = [environ.get("WF_PYTHON_" + version.replace(".", "_"), ""), f"/opt/python/{tag}-{tag}/bin/python"]
-    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
-        candidates.append(sys.executable)
-    candidates.append(shutil.which(f"python{version}") or "")
-    for candidate in filter(None, candidates):
+    candidates = python_candidates(version, environ)
+    for candidate in candidates:
         if _version_of(candidate) == version:
             return candidate
+    var = "WF_PYTHON_" + version.replace(".", "_")
+    tried = ", ".join(candidates) or "nothing: no manylinux, pyenv, uv or PATH interpreter of that version"
     raise FileNotFoundError(
-        f"no Python {version}: set WF_PYTHON_{version.replace('.', '_')} (tried {', '.join(filter(None, candidates))})"
+        f"no Python {version} on this machine: install it (e.g. `uv python install {version}` or "
+        f"`pyenv install {version}`) or set {var}=/path/to/python{version} (tried {tried})"
     )
 
 
