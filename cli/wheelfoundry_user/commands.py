@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelfoundry_user import EXIT_FAILED, EXIT_INVALID, EXIT_OK, NotFound, UserError
+from wheelfoundry_user.failures import readable
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.tables import table
@@ -52,7 +53,7 @@ def _start(args: argparse.Namespace) -> int:
     # build): wait for its Validate step, so a refused request exits 2 here, not in a later `status`.
     verdict = None if args.no_wait else farm.validated(started["executionArn"], args.wait)
     if verdict is not None and verdict.get("error") in ("RequestInvalid", "GuardrailExceeded"):
-        message = _error_message(verdict.get("cause") or "")
+        message = readable(verdict.get("cause") or "")
         if args.json:
             refused = {**data, "status": verdict["status"], "error": verdict["error"], "message": message}
             print(json.dumps(refused, indent=2))
@@ -65,14 +66,6 @@ def _start(args: argparse.Namespace) -> int:
     )
     _emit(args, data, text)
     return EXIT_OK
-
-
-def _error_message(cause: str) -> str:
-    """A Lambda error's message from the execution's cause (its JSON), else the cause as it is."""
-    try:
-        return str(json.loads(cause)["errorMessage"])
-    except (ValueError, KeyError, TypeError):
-        return cause
 
 
 def _outcome(status: str) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from wheelfoundry_user.failures import JobFailure, execution_failure, run_failures
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.tables import duration, table, usd
 
@@ -112,6 +114,7 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
     instances = farm.instances(described["executionArn"]) if plan.get("jobs") else []
     jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in plan.get("jobs", [])]
     report = farm.get_json(f"runs/{name}/report.json") if not running else None
+    failures = run_failures(farm.get_json, name) if report and report.get("failed") else []
     return {
         "run": name,
         "execution_arn": described["executionArn"],
@@ -124,6 +127,8 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
         "error": described.get("error"),
         "cause": described.get("cause"),
         "report": report,
+        "failures": [asdict(f) for f in failures],
+        "bucket": farm.bucket,
     }
 
 
@@ -153,8 +158,11 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(table(("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST.", "ACTUAL", "DETAIL"), rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")
-    if status.get("error"):
-        lines.append(f"{status['error']}: {status.get('cause') or ''}"[:2000])
+    if status.get("error") or status.get("failures"):
+        failures = [JobFailure(**{**f, "cause": tuple(f["cause"])}) for f in status.get("failures") or []]
+        lines += execution_failure(
+            status["status"], status.get("error"), status.get("cause"), failures, status["bucket"]
+        )
     return "\n".join(lines)
 
 

@@ -39,6 +39,7 @@ def _build(args: argparse.Namespace, test: bool) -> int:
             Path(args.dist).resolve(),
             timeout=args.timeout,
             test=test,
+            debug=args.debug,
         )
     except ValueError as exc:
         print(f"wheelfoundry local {'demo' if test else 'run'}: {exc}")
@@ -80,6 +81,7 @@ def add_local_commands(sub: Any) -> None:
     demo.add_argument("--state-dir", default=".wf-local", help="instances' work roots, command logs, the test venv")
     demo.add_argument("--dist", default="dist", help="where the built wheels are copied")
     demo.add_argument("--timeout", type=float, default=1800)
+    demo.add_argument("--debug", action="store_true", help="also print the raw error payloads of a failed run")
     demo.set_defaults(func=_demo)
     run = local_sub.add_parser(
         "run", help="build any extension through the embedded AWS and publish it (no tests run); wheels to ./dist"
@@ -89,6 +91,7 @@ def add_local_commands(sub: Any) -> None:
     run.add_argument("--state-dir", default=".wf-local", help="instances' work roots and command logs")
     run.add_argument("--dist", default="dist", help="where the built wheels are copied")
     run.add_argument("--timeout", type=float, default=3600)
+    run.add_argument("--debug", action="store_true", help="also print the raw error payloads of a failed run")
     run.set_defaults(func=_run)
     up = local_sub.add_parser(
         "up", help="deploy the stack into the embedded AWS and serve it on 127.0.0.1 until Ctrl-C or `local down`"

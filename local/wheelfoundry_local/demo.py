@@ -26,6 +26,8 @@ from urllib.parse import urljoin
 
 from wheelfoundry_cli.index_server import serving
 
+from wheelfoundry_user.failures import execution_failure, run_failures
+
 from .progress import Progress
 from .session import EmbeddedAws, ExecutionResult
 
@@ -166,6 +168,7 @@ def run_demo(
     out: Print = print,
     timeout: float = 1800,
     test: bool = True,
+    debug: bool = False,
 ) -> int:
     """Build ``source`` through the embedded AWS, publish, copy the wheels to ``dist``; with ``test``
     also install from the index into a fresh venv and run the source's tests (``local demo``)."""
@@ -183,7 +186,7 @@ def run_demo(
         out(f"uploaded {source} as {request['source']['s3']}; running {request_path.name}")
         result = run_request(aws, stack, request, out, progress, timeout)
         if not result.succeeded:
-            out(f"execution {result.status}: {result.error}: {result.cause}")
+            explain_failure(s3, bucket, result, state_dir, out, debug)
             return 1
         channel = result.output["channel"]
         with serving(s3, bucket) as base:
@@ -200,6 +203,33 @@ def run_demo(
     what = "demo" if test else "run"
     out(f"{what} {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if code == 0 and not left else 1
+
+
+def explain_failure(s3: Any, bucket: str, result: ExecutionResult, state_dir: Path, out: Print, debug: bool) -> None:
+    """Per failed job: the stage, the cause line(s), the log (also copied here); raw payloads with --debug."""
+    run = result.arn.rsplit(":", 1)[1]
+
+    def get_json(key: str) -> Any:
+        try:
+            return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return None
+
+    failures = run_failures(get_json, run)
+    local_logs = {}
+    for failure in failures:
+        if failure.log_key:
+            path = state_dir / "logs" / run / f"{failure.job}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                s3.download_file(bucket, failure.log_key, str(path))
+            except Exception:  # noqa: S112 (the S3 key is still printed)
+                continue
+            local_logs[failure.job] = str(path)
+    for line in execution_failure(result.status, result.error, result.cause, failures, bucket, local_logs=local_logs):
+        out(line)
+    if debug:
+        out(f"--debug: execution error {result.error}, cause as Step Functions recorded it:\n{result.cause}")
 
 
 def _exact_torch(spec: str) -> str:

@@ -23,9 +23,13 @@ class JobView:
     instance: str | None = None
     stage: str = ""
     done: bool = False
+    ended: float | None = None  # when the job finished: its elapsed time stops there
+
+    def finish(self, phase: str) -> None:
+        self.phase, self.done, self.ended = phase, True, time.monotonic()
 
     def line(self) -> str:
-        elapsed = int(time.monotonic() - self.started)
+        elapsed = int((self.ended or time.monotonic()) - self.started)
         detail = f" ({self.stage})" if self.stage and self.phase == "building" else ""
         return f"  {self.job_id:<48} {self.phase + detail:<60} {elapsed // 60:d}:{elapsed % 60:02d}"
 
@@ -76,13 +80,11 @@ class Progress:
             elif kind == "CollectFunction" and call.ok:
                 job.phase = "collecting"
             elif kind == "TerminateFunction" and call.ok:
-                job.phase = f"{call.result.get('status')}, instance terminated"
-                job.done = True
+                job.finish(f"{call.result.get('status')}, instance terminated")
             elif kind == "StartBuildFunction" and call.ok:
                 job.phase = "building on CodeBuild"
             elif kind == "StopBuildFunction" and call.ok:
-                job.phase = f"{call.result.get('status')}, build finished"
-                job.done = True
+                job.finish(f"{call.result.get('status')}, build finished")
         changed = []
         with self._lock:
             for job in self.jobs.values():

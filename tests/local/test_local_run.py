@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,25 @@ def test_local_run_refuses_a_source_that_is_neither_folder_nor_sdist(tmp_path: P
     done = wheelfoundry("local", "run", str(request), "--source", str(bogus), cwd=tmp_path)
     assert done.returncode == 2
     assert "expected a source folder or an sdist .tar.gz" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_failing_build_reads_like_a_build_tools_failure(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(TINY, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    (source / "src" / "core.c").write_text("this is not C\n")
+    request = tmp_path / "request.json"
+    body = {"framework": "extension", "name": "wf-tiny-ext", "source": {"s3": "s3://placeholder/sources/x.tar.gz"}}
+    body |= {"torch": ["2.13"], "python": ["3.11"], "torch_index": "pip", "options": {"executor": "ec2"}}
+    request.write_text(json.dumps(body))
+    done = wheelfoundry("local", "run", str(request), "--source", str(source), cwd=tmp_path)
+    assert done.returncode == 1
+    out = done.stdout
+    assert "run FAILED: 1 failure(s)" in out
+    assert "  wf-tiny-ext-cpu-x86_64: BuildFailed at stage build-torch2.13.0-cp311-cpu-x86_64" in out
+    assert "    src/core.c:1:1: error: unknown type name" in out  # the compiler's own first error
+    log = next(line.split("log here: ", 1)[1] for line in out.splitlines() if "log here: " in line)
+    assert "this is not C" in Path(log).read_text() or "core.c" in Path(log).read_text()
+    assert "stackTrace" not in out and "errorType" not in out and "Traceback" not in out + done.stderr
+    # a finished job's clock stops: its last progress line is not repeated with a later time
+    ended = [line for line in out.splitlines() if "failed, instance terminated" in line]
+    assert len({line.rsplit(" ", 1)[1] for line in ended}) == 1
