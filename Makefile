@@ -25,9 +25,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/wheelfoundry local demo
 
-## The test suite (what CI runs after `make lint`).
+## The test suite (what CI runs after `make lint`): one pytest worker per core, up to 4 (pytest-xdist);
+## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
 
 $(SAM):
 	$(PYTHON) -m venv .tools/sam

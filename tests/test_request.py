@@ -84,9 +84,9 @@ def test_three_mistakes_are_reported_together_each_with_its_field() -> None:
         ),
         ({"targets": [{"accelerator": "cpu", "cuda": "12.4"}]}, "targets[0].cuda", "applies only to accelerator cuda"),
         (
-            {"targets": [{"platform": "aarch64", "accelerator": "cuda", "cuda": "12.6"}]},
-            "targets[0].accelerator",
-            "aarch64 targets are CPU-only",
+            {"version": "2.5.1", "targets": [{"platform": "aarch64", "accelerator": "cuda", "cuda": "12.4"}]},
+            "targets[0].cuda",
+            "CUDA 12.4 on aarch64 is not available for torch 2.5.1",
         ),
         (
             {"version": "2.5.1", "targets": [{"accelerator": "cuda", "cuda": "12.4", "arch_list": "10.0"}]},

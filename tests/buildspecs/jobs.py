@@ -71,7 +71,12 @@ def listing(job: dict[str, Any]) -> str:
     """The job's stages as text: what the golden files hold."""
     image = job["image"]
     out = [f"job {job['id']}", f"image {image['recipe']} FROM {image['base']} -> {image['manylinux']}"]
-    out += [f"  build-arg {k}={v}" for k, v in sorted(image["build_args"].items())]
+    for key, value in sorted(image["build_args"].items()):  # a multi-line value (CUDA_REQUIREMENTS): a line each
+        out += (
+            [f"  build-arg {key}={value}"]
+            if "\n" not in value
+            else [f"  build-arg {key}:", *(f"    {v}" for v in value.splitlines())]
+        )
     out += [f"  env {k}={v}" for k, v in sorted(job["env"].items())]
     for pin in job.get("packages", []):  # each package's own switches (the runner layers them on job env)
         out += [f"  package {pin['name']} env {k}={v}" for k, v in sorted(pin.get("env", {}).items())]

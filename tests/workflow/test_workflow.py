@@ -5,6 +5,7 @@ Every test ends with no instance pending or running (the `stack` fixture asserts
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +64,9 @@ def test_hostile_request_is_rejected_before_any_instance_exists(aws: EmbeddedAws
     assert s3_keys(aws, stack, "runs/") == []  # nothing was written either
 
 
-def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
-    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
-) -> None:
-    # The shipped BuildBundle publishes what the bundle pins; on AWS (container builds) Validate holds a
-    # CUDA cell to it. The emulator's hosts build without Docker, so the test sets the AWS default back.
-    pointer = s3_json(aws, stack, "bundles/current.json")
-    assert "quay.io/pypa/manylinux_2_28_x86_64" in pointer["pins"]["bases"]
-    assert "sccache-v0.10.0-x86_64-unknown-linux-musl.tar.gz" in pointer["pins"]["archives"]
+def with_image_check(aws: EmbeddedAws, stack: DeployedStack) -> None:
+    """Validate as on AWS (container builds): it holds every builder image to the deployed bundle's pins.
+    The emulator's hosts build without Docker, so its stack turns the check off; this turns it back on."""
     lam = aws.client("lambda")
     name = stack.function_name("ValidateFunction")
     variables = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
@@ -78,11 +74,25 @@ def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
     lam.update_function_configuration(
         FunctionName=name, Environment={"Variables": {**variables, "WF_CONTAINER": "docker"}}
     )
+
+
+def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    # The shipped BuildBundle publishes what the bundle pins, the CUDA toolkit locks included.
+    pointer = s3_json(aws, stack, "bundles/current.json")
+    assert "quay.io/pypa/manylinux_2_28_x86_64" in pointer["pins"]["bases"]
+    assert "sccache-v0.10.0-x86_64-unknown-linux-musl.tar.gz" in pointer["pins"]["archives"]
+    assert pointer["pins"]["cuda"]["13.0-x86_64"]["compiler"]
+    with_image_check(aws, stack)
+    # A deployment whose bundle lacks the CUDA 13.0 lock (an older bundle, or one an operator trimmed).
+    del pointer["pins"]["cuda"]["13.0-x86_64"]
+    bucket = stack.outputs["WheelBucketName"]
+    aws.client("s3").put_object(Bucket=bucket, Key="bundles/current.json", Body=json.dumps(pointer).encode())
     result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), cuda=["cpu", "13.0"]))
     assert result.status == "FAILED" and result.error == "RequestInvalid", (result.error, result.cause)
-    assert "pytorch/manylinux2_28-builder:cuda13.0" in (result.cause or "") and "no pinned digest" in (
-        result.cause or ""
-    )
+    assert "no CUDA 13.0 toolkit lock for x86_64" in (result.cause or "")
+    assert "tools/lock_cuda.py wheels 13.0" in (result.cause or "")
     assert aws.instances(states=("pending", "running", "terminated")) == []
     assert s3_keys(aws, stack, "runs/") == []
 
