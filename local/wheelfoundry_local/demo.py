@@ -8,11 +8,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import io
 import json
+import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -89,10 +90,25 @@ def index_wheels(base: str, channel: str, project: str) -> list[Wheel]:
     return found
 
 
-def install_and_test(index: str, project: str, torch_version: str, tests: Path, venv: Path, out: Print) -> int:
-    """A user's view: a fresh venv, their torch, the wheel from the index, the extension's tests."""
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+def user_env(cache: Path, torch_version: str, venv: Path, log: Path) -> Path:
+    """A fresh venv with the user's torch, numpy, pytest and hypothesis: they live in a cached
+    environment (built once, ~1 min; the demo builds it while the farm builds the wheel) that the venv
+    sees through a .pth file (wfbuild.envs). pip's output goes to ``log``."""
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    argv = [sys.executable, "-m", "wfbuild.envs", "--python", python, "--dest", str(venv), "--torch"]
+    argv += [f"torch=={torch_version}", "--pip", "numpy", "--pip", "pytest", "--pip", "hypothesis"]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        done = subprocess.run(argv, env={**os.environ, "WF_CACHE_DIR": str(cache)}, stdout=handle, stderr=handle)
+    if done.returncode != 0:
+        raise RuntimeError(f"the user's environment could not be made: see {log}")
+    return venv
+
+
+def install_and_test(index: str, project: str, venv: Path, tests: Path, out: Print) -> int:
+    """A user's view: a fresh venv with their torch, the wheel from the index, the extension's tests;
+    the wheel under test is installed into the venv itself."""
+    out(f"a fresh venv with the user's torch (from the cached environment): {venv}")
     pip = [
         str(venv / "bin" / "python"),
         "-m",
@@ -102,8 +118,6 @@ def install_and_test(index: str, project: str, torch_version: str, tests: Path, 
         "--disable-pip-version-check",
         "--no-warn-script-location",
     ]
-    out(f"installing torch=={torch_version}, pytest and hypothesis into a fresh venv ({venv})")
-    subprocess.run([*pip, f"torch=={torch_version}", "numpy", "pytest", "hypothesis"], check=True)
     out(f"installing {project} from the index: pip install --index-url {index} {project}")
     # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
     subprocess.run([*pip, "--isolated", "--index-url", index, project], check=True)
@@ -178,7 +192,14 @@ def run_demo(
     progress = Progress()
     started = time.monotonic()
     code = 0
-    with EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
+    cache = Path(os.environ.get("WF_CACHE_DIR") or state_dir / "cache")  # the embedded AWS's build cache too
+    users: concurrent.futures.Future[Path] | None = None
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    if test:  # the user's environment is made while the farm builds (pip under a file lock: no clash)
+        torch_version = _exact_torch(next(iter(request["torch"])))
+        out(f"preparing the user's environment (torch=={torch_version}, pytest) under {cache}/envs meanwhile")
+        users = pool.submit(user_env, cache, torch_version, state_dir / "demo-venv", state_dir / "demo-venv.log")
+    with pool, EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
         out("deploying template.yaml into the embedded AWS (moto server on 127.0.0.1)")
         stack = aws.deploy(root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
@@ -193,11 +214,8 @@ def run_demo(
             index = f"{base}/simple/{channel}/"
             copy_published(base, channel, project, dist, out)
             out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
-            if test:
-                torch_version = next(iter(request["torch"]))
-                code = install_and_test(
-                    index, project, _exact_torch(torch_version), source / "tests", state_dir / "demo-venv", out
-                )
+            if users is not None:
+                code = install_and_test(index, project, users.result(), source / "tests", out)
         left = aws.instances()
         out(f"instances still pending/running in the emulator: {len(left)}")
     what = "demo" if test else "run"
