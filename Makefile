@@ -13,7 +13,7 @@ CHECKOV_VERSION := 3.3.30
 $(STAMP): pyproject.toml examples/extension/setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
 	# The example extension's own tests import it: build it once against the CPU torch here.
 	$(BIN)/python -m pip install --quiet --no-build-isolation ./examples/extension
 	touch $(STAMP)
@@ -32,13 +32,13 @@ test: $(STAMP)
 
 $(SAM):
 	$(PYTHON) -m venv .tools/sam
-	.tools/sam/bin/python -m pip install --quiet aws-sam-cli
+	.tools/sam/bin/python -m pip install --quiet --no-compile aws-sam-cli
 
 sam: $(SAM)
 
 $(CHECKOV):
 	$(PYTHON) -m venv .tools/checkov
-	.tools/checkov/bin/python -m pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+	.tools/checkov/bin/python -m pip install --quiet --no-compile 'checkov==$(CHECKOV_VERSION)'
 
 checkov: $(CHECKOV)
 

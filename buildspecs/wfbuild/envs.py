@@ -101,7 +101,9 @@ def _run(argv: Sequence[str]) -> None:
 def _install(
     python: Path, pips: Sequence[str], requirements: Path | None, torch: str | None, index: str | None
 ) -> None:
-    base = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
+    # --no-compile: a build environment imports a few hundred of torch's thousands of modules; Python
+    # writes their .pyc on first import, and pip would spend most of an install compiling the rest.
+    base = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile"]
     if pips or requirements:
         _run([*base, *(["-r", str(requirements)] if requirements else []), *pips])
     if torch:

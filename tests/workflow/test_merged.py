@@ -50,7 +50,15 @@ def user_venv(aws: EmbeddedAws, torch: str, dest: Path) -> Path:
     cache = Path(os.environ.get("WF_CACHE_DIR") or aws.state_dir / "cache")  # where the agent built them
     base = next(p.parent for p in (cache / "envs").glob("*/.wf-ready") if _torch_of(p) == f"torch=={torch}")
     thin_env(dest, sys.executable, base)
-    pip = [str(dest / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [
+        str(dest / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+    ]
     subprocess.run([*pip, "pytest", "hypothesis", "numpy"], check=True)
     return dest
 
