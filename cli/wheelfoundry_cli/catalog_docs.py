@@ -15,7 +15,8 @@ def _span(versions: tuple[str, ...]) -> str:
 
 def _cuda(release: Release) -> str:
     text = ", ".join(release.cuda) or "—"
-    return text + (f" / {', '.join(release.cuda_experimental)}" if release.cuda_experimental else "")
+    text += f" / {', '.join(release.cuda_experimental)}" if release.cuda_experimental else ""
+    return text + (f"; aarch64: {', '.join(release.aarch64_cuda)}" if release.aarch64_cuda else "")
 
 
 def _libraries(release: Release) -> str:
@@ -59,19 +60,37 @@ def render(catalog: Catalog) -> str:
         out.append(f"| {name} | {kind} | {switches} | {_cell(lib.sources.get('native', ''))} |")
     out += [
         "",
+        "## CUDA toolkits",
+        "",
+        "Each is assembled in the builder image (and in host mode) from a lock of NVIDIA's published "
+        "artifacts, every file with its sha256: `buildspecs/images/scripts/cuda/cuda-<CUDA>-<platform>.toml` "
+        "(`tools/lock_cuda.py`; docs/security.md §5).",
+        "",
+        "| CUDA | NVIDIA release | compiler from | host GCC (newest nvcc accepts) | platforms |",
+        "|---|---|---|---|---|",
+    ]
+    for version, tk in catalog.cuda.items():
+        if not tk.requirements:
+            continue
+        major = int(tk.toolkit.split(".")[0]) if tk.toolkit else 0
+        origin = "nvidia-* wheels (PyPI)" if major >= 13 else "redist archives (developer.download.nvidia.com)"
+        out.append(f"| {version} | {tk.toolkit} | {origin} | gcc {tk.gcc_max} | {', '.join(tk.platforms)} |")
+    out += [
+        "",
         "## CUDA builds per release",
         "",
-        "| torch | CUDA | TORCH_CUDA_ARCH_LIST | slim pins | build_cuda.sh variables |",
+        "| torch | CUDA | platform | TORCH_CUDA_ARCH_LIST | slim pins | build_cuda.sh variables |",
     ]
-    out.append("|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|")
     for r in catalog.releases:
-        for cuda in r.all_cuda:
-            tk = catalog.toolkit_for(r, cuda)
-            env = " ".join(f"{k}={v}" for k, v in sorted(catalog.cuda_env(r, cuda).items()))
-            pins = f"{len(tk.requirements)} pins" if tk.requirements else "none: no slim wheel"
-            tritons = sorted({req.split(";")[0] for req in r.triton.values()}) if tk.requirements else []
-            pins += f" + {', '.join(tritons)}" if tritons else ""
-            out.append(f"| {r.torch} | {cuda} | `{tk.default_arch_list}` | {pins} | {_cell(env)} |")
+        for platform, cudas in (("x86_64", r.all_cuda), ("aarch64", r.aarch64_cuda)):
+            for cuda in cudas:
+                tk = catalog.toolkit_for(r, cuda, platform)
+                env = " ".join(f"{k}={v}" for k, v in sorted(catalog.cuda_env(r, cuda, platform).items()))
+                pins = f"{len(tk.requirements)} pins" if tk.requirements else "none: no slim wheel"
+                tritons = sorted({req.split(";")[0] for req in r.triton.values()}) if tk.requirements else []
+                pins += f" + {', '.join(tritons)}" if tritons else ""
+                out.append(f"| {r.torch} | {cuda} | {platform} | `{tk.default_arch_list}` | {pins} | {_cell(env)} |")
     out += ["", "## Sources per release", "", "| torch | fact | source |", "|---|---|---|"]
     for r in catalog.releases:
         for fact, source in r.sources.items():
