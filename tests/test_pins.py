@@ -118,10 +118,10 @@ def test_validate_refuses_before_writing_anything_unless_builds_run_without_cont
     request = {"version": "2.14.1", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}
     event = {"request": request, "name": "r1", "execution": "arn:x"}
     s3 = RecordingS3(
-        {"key": "bundles/abc.zip", "sha256": "abc", "pins": _without("archives", "ComputeLibrary-53.2.0.tar.gz")}
+        {"key": "bundles/abc.zip", "sha256": "abc", "pins": _without("archives", "ComputeLibrary-52.8.0.tar.gz")}
     )
     settings = ValidateSettings("bucket", "us-east-1", "builders", 24, 250.0, 900, 10)
-    with pytest.raises(RequestInvalid, match=r"targets: job torch2\.14\.1-cpu-aarch64: .*ComputeLibrary-53\.2\.0"):
+    with pytest.raises(RequestInvalid, match=r"targets: job torch2\.14\.1-cpu-aarch64: .*ComputeLibrary-52\.8\.0"):
         validate(event, s3, settings, date(2026, 11, 23))
     assert s3.puts == []
     hosts = ValidateSettings("bucket", "us-east-1", "builders", 24, 250.0, 900, 10, container_builds=False)
@@ -167,16 +167,16 @@ def test_pin_downloads_adds_the_digest_of_the_bytes_and_the_image_becomes_builda
         return b"acl source archive bytes"
 
     sums.write_text(
-        "".join(ln for ln in sums.read_text().splitlines(keepends=True) if "ComputeLibrary-52.6.0" not in ln)
+        "".join(ln for ln in sums.read_text().splitlines(keepends=True) if "ComputeLibrary-52.8.0" not in ln)
     )
     job = plan({"version": "2.10.0", "python": ["3.12"], "targets": [{"platform": "aarch64"}]}).jobs
-    assert unbuildable(job, [], bundle_pins.summary(images))  # ACL v52.6.0 is not pinned here
-    added = PIN_TOOL.add(["ACL_VERSION=v52.6.0"], "aarch64", fetch, sums)
-    assert asked == ["https://github.com/ARM-software/ComputeLibrary/archive/refs/tags/v52.6.0.tar.gz"]
+    assert unbuildable(job, [], bundle_pins.summary(images))  # ACL v52.8.0 is not pinned in this copy
+    added = PIN_TOOL.add(["ACL_VERSION=v52.8.0"], "aarch64", fetch, sums)
+    assert asked == ["https://github.com/ARM-software/ComputeLibrary/archive/refs/tags/v52.8.0.tar.gz"]
     digest = hashlib.sha256(b"acl source archive bytes").hexdigest()
-    assert added[1] == f"{digest}  ComputeLibrary-52.6.0.tar.gz" and "one source" in added[0]
+    assert added[1] == f"{digest}  ComputeLibrary-52.8.0.tar.gz" and "one source" in added[0]
     assert unbuildable(job, [], bundle_pins.summary(images)) == []
-    assert PIN_TOOL.add(["ACL_VERSION=v52.6.0"], "aarch64", fetch, sums) == [] and len(asked) == 1  # already pinned
+    assert PIN_TOOL.add(["ACL_VERSION=v52.8.0"], "aarch64", fetch, sums) == [] and len(asked) == 1  # already pinned
     with pytest.raises(ValueError, match="non-https"):
         PIN_TOOL.download("http://example.com/x.tar.gz")
     with pytest.raises(ValueError, match="did not reach its download"):
