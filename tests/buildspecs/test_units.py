@@ -225,7 +225,7 @@ def test_image_tag_follows_recipe_and_args(tmp_path: Path) -> None:
     cuda_lock.write_text(cuda_lock.read_text() + "\n")
     assert container.image_tag(cuda, copy) != cuda_tag
     cuda["image"]["base"] = "nvidia/cuda:12.4.1-devel-rockylinux8"  # a base nobody pinned
-    with pytest.raises(RuntimeError, match="refusing an unpinned base image: nvidia/cuda:12.4.1-devel"):
+    with pytest.raises(RuntimeError, match=r"refusing an unpinned base image: nvidia/cuda:12\.4\.1-devel"):
         container.image_tag(cuda, BUNDLE)
 
 
