@@ -199,8 +199,11 @@ def lock_wheels(
     return sorted(wheels.values(), key=lambda w: w.pin), table, unavailable
 
 
-def redist_archives(manifest: bytes, arch: str) -> tuple[str, list[dict[str, Any]]]:
-    """(release, the compiler components' archives for ``arch``) from a redistrib_<release>.json."""
+def redist_archives(manifest: bytes, arch: str, name: str) -> tuple[str, list[dict[str, Any]]]:
+    """(release, the compiler components' archives for ``arch``) from a redistrib_<release>.json.
+
+    Manifests before 12.2 carry no ``release_label``: their release is their file name's.
+    """
     data = json.loads(manifest)
     platform = REDIST_PLATFORMS[arch]
     archives = []
@@ -212,7 +215,7 @@ def redist_archives(manifest: bytes, arch: str) -> tuple[str, list[dict[str, Any
             {"component": component, "version": data[component]["version"], "path": entry["relative_path"],
              "sha256": entry["sha256"], "size": int(entry.get("size", 0))}
         )  # fmt: skip
-    return data["release_label"], archives
+    return data.get("release_label") or name.removeprefix("redistrib_").removesuffix(".json"), archives
 
 
 def _q(value: str) -> str:
@@ -231,6 +234,8 @@ def render(lock: dict[str, Any]) -> str:
         out.append(f"manifest_sha256 = {_q(r['manifest_sha256'])}")
         out.append("pinned_by = [" + ", ".join(_q(s) for s in r["pinned_by"]) + "]")
         out.append(f"copy = {_q(r.get('copy', ''))}")
+        if r.get("note"):
+            out.append(f"note = {_q(r['note'])}")
     for a in lock.get("archive", []):
         out.append(f"\n[[archive]]\ncomponent = {_q(a['component'])}\nversion = {_q(a['version'])}")
         out.append(f"path = {_q(a['path'])}\nsha256 = {_q(a['sha256'])}\nsize = {a['size']}")
@@ -265,13 +270,13 @@ def cmd_wheels(catalog: Catalog, cuda: str, arch: str, pypi: PyPI) -> Path:
 
 
 def cmd_redist(
-    catalog: Catalog, cuda: str, arch: str, manifest: Path, pin: str, pinned_by: list[str], copy: str
+    catalog: Catalog, cuda: str, arch: str, manifest: Path, pin: str, pinned_by: list[str], copy: str, note: str = ""
 ) -> Path:
     body = manifest.read_bytes()
     actual = hashlib.sha256(body).hexdigest()
     if actual != pin:
         raise ValueError(f"{manifest}: sha256 {actual} is not the pinned {pin}: not NVIDIA's manifest")
-    release, archives = redist_archives(body, arch)
+    release, archives = redist_archives(body, arch, manifest.name)
     if release != catalog.cuda[cuda].toolkit:
         raise ValueError(
             f"{manifest.name} is CUDA {release}; the catalog builds {cuda} with {catalog.cuda[cuda].toolkit}"
@@ -283,6 +288,7 @@ def cmd_redist(
         "manifest_sha256": pin,
         "pinned_by": pinned_by,
         "copy": copy,
+        **({"note": note} if note else {}),
     }
     lock["archive"] = archives
     return write(lock)
@@ -324,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     redist.add_argument("--sha256", required=True, help="the manifest's sha256 as public build code pins it")
     redist.add_argument("--pinned-by", action="append", required=True, help="repository@commit:path pinning it")
     redist.add_argument("--copy", default="", help="where this copy of the manifest came from")
+    redist.add_argument("--note", default="", help="why the pin is trusted where no build code pins it")
     args = parser.parse_args(argv)
     catalog = load_catalog()
     if args.command == "check":
@@ -333,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "wheels":
         print(cmd_wheels(catalog, args.cuda, args.platform, PyPI()))
     else:
-        print(cmd_redist(catalog, args.cuda, args.platform, args.manifest, args.sha256, args.pinned_by, args.copy))
+        lock = cmd_redist(catalog, args.cuda, args.platform, args.manifest, args.sha256, args.pinned_by, args.copy, args.note)
+        print(lock)
     return 0
 
 
