@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "wheels":
         print(cmd_wheels(catalog, args.cuda, args.platform, PyPI()))
     else:
-        lock = cmd_redist(catalog, args.cuda, args.platform, args.manifest, args.sha256, args.pinned_by, args.copy, args.note)
-        print(lock)
+        a = args
+        print(cmd_redist(catalog, a.cuda, a.platform, a.manifest, a.sha256, a.pinned_by, a.copy, a.note))
     return 0
 
 
