@@ -1,0 +1,137 @@
+"""Test a CUDA job's wheels on a GPU, as a user would meet them: a fresh venv, the matching torch, the wheels.
+
+``python -m wfbuild.gpu_test --wheel-dir DIR --arch-list "8.0;9.0" --work-dir DIR --report FILE
+[--python PY] [--torch "torch==2.11.0"] [--index-url URL ...] [--base-python PY] [--tests DIR]``
+
+Without ``--base-python`` the venv is self-contained: the wheels and ``--torch`` come from the given
+indexes with their dependencies, so a slim wheel gets its nvidia-* libraries from pip as a user's does.
+With ``--base-python`` (the python of a venv that already holds the machine's CUDA torch) the venv sees
+that venv's site-packages and the wheels are installed offline without dependencies. gpu_probe.py then runs in the
+venv from a folder outside any source tree and reports a verdict (see there); the report (JSON) names
+the GPU, its compute capability, each check and the log's tail. Exit 1 only for ``failed``: ``passed``,
+``not-testable`` and ``no-device`` are outcomes the caller records, not errors of this program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from wfbuild import envs, wheelfile
+from wfbuild.gpu_probe import covers
+
+PROBE = Path(__file__).with_name("gpu_probe.py")
+SMOKE_GROUP = "wheelfoundry_smoke"
+TAIL_LINES = 40
+
+__all__ = ["covers", "probe_spec", "run", "summary"]
+
+
+def probe_spec(wheels: list[Path], arch_list: str, tests: Path | None) -> dict[str, Any]:
+    infos = [wheelfile.info(w) for w in wheels]
+    kind = "torch" if any(i.project == "torch" for i in infos) else "extension"
+    modules = ["torch"] if kind == "torch" else sorted({m for w in wheels for m in wheelfile.top_level_modules(w)})
+    pairs = zip(wheels, infos, strict=True)
+    entry_points = [[i.project, n] for w, i in pairs for n in wheelfile.entry_points(w, SMOKE_GROUP)]
+    return {
+        "kind": kind,
+        "arch_list": arch_list,
+        "modules": modules,
+        "entry_points": entry_points,
+        "tests": str(tests) if tests else "",
+    }
+
+
+def _pip(python: Path, args: list[str], log: list[str]) -> None:
+    argv = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    log += (proc.stdout + proc.stderr).splitlines()
+    if proc.returncode:
+        raise RuntimeError(f"pip install failed ({proc.returncode}): " + " ".join(log[-3:]))
+
+
+def make_venv(args: argparse.Namespace, wheels: list[Path], log: list[str]) -> Path:
+    venv: Path = args.work_dir / "venv"
+    if args.base_python:
+        subprocess.run([args.base_python, "-m", "venv", str(venv)], check=True)
+        envs.link_base(venv, Path(args.base_python).parent.parent)  # the base env's torch, through a .pth
+        _pip(venv / "bin" / "python", ["--no-index", "--no-deps", *map(str, wheels)], log)
+        return venv
+    subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
+    indexes = [f"--index-url={args.index_url[0]}"] + [f"--extra-index-url={u}" for u in args.index_url[1:]]
+    _pip(venv / "bin" / "python", [*(indexes if args.index_url else []), *args.torch, *map(str, wheels)], log)
+    return venv
+
+
+def summary(lines: list[str]) -> dict[str, Any]:
+    """The probe's WF-GPU lines -> {verdict, gpu, capability, detail, checks}."""
+    result: dict[str, Any] = {"verdict": "failed", "detail": "the probe ended without a verdict", "checks": []}
+    begun = ""
+    for line in lines:
+        if not line.startswith("WF-GPU "):
+            continue
+        fields = json.loads(line[len("WF-GPU ") :])
+        if "begin" in fields:
+            begun = fields["begin"]
+        elif "check" in fields:
+            result["checks"].append(fields)
+            begun = ""
+        elif "verdict" in fields:
+            result.update(fields)
+            begun = ""
+    if begun:  # the probe died inside a check (a crash in a kernel, say)
+        result.update(failed=begun, detail=f"the probe died during check {begun!r}")
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    wheels = sorted(args.wheel_dir.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"gpu_test: no wheels in {args.wheel_dir}")
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    log: list[str] = []
+    try:
+        venv = make_venv(args, wheels, log)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        failed = {"verdict": "failed", "failed": "install", "detail": str(exc), "checks": []}
+        return failed | {"log_tail": log[-TAIL_LINES:]}
+    spec = probe_spec(wheels, args.arch_list, args.tests)
+    scratch = args.work_dir / "run"  # outside any source tree: the installed wheel must be what imports
+    scratch.mkdir(exist_ok=True)
+    argv = [str(venv / "bin" / "python"), "-I", str(PROBE), json.dumps(spec)]
+    proc = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    result = summary(lines)
+    result |= {"wheels": [w.name for w in wheels], "arch_list": args.arch_list, "log_tail": lines[-TAIL_LINES:]}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--wheel-dir", type=Path, required=True)
+    parser.add_argument("--arch-list", required=True, help="the job's TORCH_CUDA_ARCH_LIST")
+    parser.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--report", type=Path, required=True)
+    parser.add_argument("--python", default=sys.executable, help="the venv's interpreter (self-contained mode)")
+    parser.add_argument("--torch", action="append", default=[], help="requirement(s) installed with the wheels")
+    parser.add_argument("--index-url", action="append", default=[], help="first: --index-url, then extra")
+    parser.add_argument("--base-python", help="an interpreter holding the machine's CUDA torch (offline mode)")
+    parser.add_argument("--tests", type=Path, help="the package's tests, run with the GPU visible")
+    parser.add_argument("--timeout", type=int, default=3600)
+    args = parser.parse_args(argv)
+    result = run(args)
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    where = f" on {result['gpu']} (sm_{result['capability'].replace('.', '')})" if result.get("gpu") else ""
+    print(f"gpu_test: {result['verdict']}{where}: {result.get('detail', '')}")
+    for check in result["checks"]:
+        print(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['check']}: {check['detail']}")
+    return 1 if result["verdict"] == "failed" else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""The GPU test script (wfbuild.gpu_test, gpu_probe.py): the arch rule, the verdicts, a real run here.
+
+This machine has no GPU, so the end-to-end run below must say ``no-device``: never ``passed``. The same
+script's ``passed`` and ``not-testable`` verdicts were shown on an H100 (README, "CUDA, checked on a
+real GPU").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wfbuild import gpu_test
+from wfbuild.gpu_probe import covers, parse_arch_list
+
+
+@pytest.mark.parametrize(
+    ("arch_list", "capability", "expected"),
+    [
+        ("9.0", (9, 0), True),
+        ("8.0", (9, 0), False),  # SASS runs only within its major version
+        ("8.0", (8, 6), True),  # ... on the same or a newer minor
+        ("8.6", (8, 0), False),
+        ("8.0+PTX", (9, 0), True),  # PTX is compiled by the driver for newer GPUs
+        ("9.0+PTX", (8, 9), False),
+        ("9.0a", (9, 0), True),
+        ("10.0a", (10, 3), False),  # an arch-specific build runs on that arch alone
+        ("7.5;8.0;8.6;9.0;10.0;12.0+PTX", (12, 1), True),
+        ("7.5;8.0;8.6", (9, 0), False),
+    ],
+)
+def test_an_arch_list_covers_a_gpu_by_nvidias_compatibility_rules(
+    arch_list: str, capability: tuple[int, int], expected: bool
+) -> None:
+    assert covers(arch_list, capability) is expected
+
+
+def test_a_malformed_arch_list_is_named() -> None:
+    assert parse_arch_list("8.0; 9.0+PTX") == [(8, 0, "", False), (9, 0, "", True)]
+    with pytest.raises(ValueError, match="'sm_90'"):
+        parse_arch_list("sm_90")
+
+
+def test_the_summary_reads_the_probes_lines_and_a_crash_inside_a_check_fails() -> None:
+    lines = [
+        'WF-GPU {"begin": "matmul"}',
+        'WF-GPU {"check": "matmul", "ok": true, "detail": "max |diff| 0"}',
+        'WF-GPU {"begin": "conv2d"}',
+        "Segmentation fault",
+    ]
+    result = gpu_test.summary(lines)
+    assert result["verdict"] == "failed" and result["failed"] == "conv2d" and len(result["checks"]) == 1
+    done = gpu_test.summary([*lines[:2], 'WF-GPU {"verdict": "passed", "gpu": "NVIDIA H100", "capability": "9.0"}'])
+    assert done["verdict"] == "passed" and done["gpu"] == "NVIDIA H100"
+    assert gpu_test.summary([])["verdict"] == "failed"  # no verdict line is never a pass
+
+
+def _wheel(folder: Path) -> Path:
+    path = folder / "wf_gpu_probe_demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("wf_gpu_probe_demo/__init__.py", "VALUE = 42\n")
+        info = "wf_gpu_probe_demo-1.0.dist-info"
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: wf-gpu-probe-demo\nVersion: 1.0\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/top_level.txt", "wf_gpu_probe_demo\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_the_script_installs_the_wheels_beside_a_torch_and_reports_no_device_here(tmp_path: Path) -> None:
+    # the dev venv (its CPU torch plays the GPU host's torch) is the base: no GPU here, so "no-device"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    report = tmp_path / "report.json"
+    argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w")]
+    code = gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable])
+    result = json.loads(report.read_text())
+    assert code == 0 and result["verdict"] == "no-device", result
+    assert "sees no CUDA device" in result["detail"] and result["wheels"] == [_wheel(tmp_path).name]
+    spec = gpu_test.probe_spec(sorted(wheels.glob("*.whl")), "9.0", None)
+    assert spec["kind"] == "extension" and spec["modules"] == ["wf_gpu_probe_demo"]
+
+
+def test_a_wheel_that_does_not_install_fails_at_install(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    report = tmp_path / "report.json"
+    argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w")]
+    assert gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable]) == 1
+    assert json.loads(report.read_text())["failed"] == "install"
