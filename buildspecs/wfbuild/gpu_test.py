@@ -42,7 +42,7 @@ def probe_spec(wheels: list[Path], arch_list: str, tests: Path | None) -> dict[s
         "arch_list": arch_list,
         "modules": modules,
         "entry_points": entry_points,
-        "tests": str(tests) if tests else "",
+        "tests": str(tests.resolve()) if tests else "",  # the probe runs elsewhere
     }
 
 

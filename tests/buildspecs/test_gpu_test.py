@@ -82,8 +82,9 @@ def test_the_script_installs_the_wheels_beside_a_torch_and_reports_no_device_her
     result = json.loads(report.read_text())
     assert code == 0 and result["verdict"] == "no-device", result
     assert "sees no CUDA device" in result["detail"] and result["wheels"] == [_wheel(tmp_path).name]
-    spec = gpu_test.probe_spec(sorted(wheels.glob("*.whl")), "9.0", None)
+    spec = gpu_test.probe_spec(sorted(wheels.glob("*.whl")), "9.0", Path("tests"))
     assert spec["kind"] == "extension" and spec["modules"] == ["wf_gpu_probe_demo"]
+    assert spec["tests"] == str(Path.cwd() / "tests")  # the probe runs in another folder
 
 
 def test_a_wheel_that_does_not_install_fails_at_install(tmp_path: Path) -> None:
