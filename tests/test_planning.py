@@ -173,3 +173,23 @@ def test_per_cell_layout_without_local_versions_is_refused_when_names_collide() 
     with pytest.raises(RequestInvalid, match="local_version"):
         plan(request)
     assert plan({**request, "torch": ["2.14"]}).jobs[0].extension.label_wheels is False  # type: ignore[union-attr]
+
+
+def test_aarch64_cuda_builds_use_the_arch_list_upstream_used_on_aarch64() -> None:
+    framework = plan({"version": "2.9.1", "targets": [{"platform": "aarch64", "accelerator": "cuda", "cuda": "12.6"}]})
+    (job,) = framework.jobs
+    assert job.image.recipe == "aarch64-cuda" and job.env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
+    extension = plan(
+        {
+            "framework": "extension",
+            "name": "x",
+            "source": {"s3": "s3://bucket/sources/x.tar.gz"},
+            "torch": ["2.9", "2.11"],
+            "cuda": ["13.0"],
+            "platforms": ["x86_64", "aarch64"],
+        }
+    )
+    lists = {j.platform: j.env["TORCH_CUDA_ARCH_LIST"] for j in extension.jobs}
+    assert lists == {"x86_64": "7.5;8.0;8.6;9.0;10.0;12.0+PTX", "aarch64": "8.0;9.0;10.0;11.0;12.0+PTX"}
+    with pytest.raises(RequestInvalid, match="CUDA 12.4 on aarch64 is not available for torch 2.5.1"):
+        plan({"version": "2.5.1", "targets": [{"platform": "aarch64", "accelerator": "cuda", "cuda": "12.4"}]})

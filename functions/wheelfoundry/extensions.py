@@ -59,6 +59,15 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
     return tuple(cells)
 
 
+def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, platform: str) -> str:
+    """x86_64: the toolkit's list; aarch64: the list upstream used there (the newest cell's release)."""
+    if platform != "aarch64":
+        return catalog.cuda[cuda].default_arch_list
+    newest = max(cells, key=lambda c: Version(c.torch_version))
+    release = catalog.release(f"{Version(newest.torch_version).major}.{Version(newest.torch_version).minor}")
+    return catalog.toolkit_for(release, cuda, platform).default_arch_list
+
+
 def plan_extension(
     request: ExtensionRequest, catalog: Catalog, config: FarmConfig, context: StackContext
 ) -> tuple[tuple[Job, ...], list[str]]:
@@ -90,7 +99,7 @@ def plan_extension(
             if cuda:
                 # torch's CUDA headers need these at compile time; the user's torch brings them at run time
                 toolkit_libraries = buildenv.toolkit_requirements(catalog.cuda[cuda].requirements, extension=True)
-                arch_list = request.arch_list or catalog.cuda[cuda].default_arch_list
+                arch_list = request.arch_list or default_arch_list(catalog, cells, cuda, platform)
                 env.update({"TORCH_CUDA_ARCH_LIST": arch_list, "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
                 env["CUDA_HOME"] = buildenv.CUDA_HOME
             if platform == "aarch64":
