@@ -191,5 +191,5 @@ def test_aarch64_cuda_builds_use_the_arch_list_upstream_used_on_aarch64() -> Non
     )
     lists = {j.platform: j.env["TORCH_CUDA_ARCH_LIST"] for j in extension.jobs}
     assert lists == {"x86_64": "7.5;8.0;8.6;9.0;10.0;12.0+PTX", "aarch64": "8.0;9.0;10.0;11.0;12.0+PTX"}
-    with pytest.raises(RequestInvalid, match="CUDA 12.4 on aarch64 is not available for torch 2.5.1"):
+    with pytest.raises(RequestInvalid, match=r"CUDA 12\.4 on aarch64 is not available for torch 2\.5\.1"):
         plan({"version": "2.5.1", "targets": [{"platform": "aarch64", "accelerator": "cuda", "cuda": "12.4"}]})
