@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spec = probe_spec(wheels, args.arch_list, args.tests)
     scratch = args.work_dir / "run"  # outside any source tree: the installed wheel must be what imports
     scratch.mkdir(exist_ok=True)
-    argv = [str(venv / "bin" / "python"), "-I", str(PROBE), json.dumps(spec)]
+    argv = [str(venv / "bin" / "python"), "-I", str(args.probe), json.dumps(spec)]
     proc = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
     lines = (proc.stdout + proc.stderr).splitlines()
     result = summary(lines)
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-python", help="an interpreter holding the machine's CUDA torch (offline mode)")
     parser.add_argument("--tests", type=Path, help="the package's tests, run with the GPU visible")
     parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--probe", type=Path, default=PROBE, help=argparse.SUPPRESS)  # the emulator's stand-in GPU
     args = parser.parse_args(argv)
     result = run(args)
     args.report.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from wheelfoundry.image_jobs import ImageJob
 from wheelfoundry.jobs import Job, Plan
 
-HEADERS = ("JOB", "TARGET", "RUNS ON", "PACKAGES", "PYTHON", "HOURS", "USD")
+HEADERS = ("JOB", "TARGET", "RUNS ON", "PACKAGES", "PYTHON", "HOURS", "USD", "GPU TEST")
 
 
 def runs_on(job: Job) -> list[str]:
@@ -17,6 +17,16 @@ def runs_on(job: Job) -> list[str]:
     if job.executor == "codebuild":
         return ["codebuild", job.compute_type or "(project default)"]
     return ["ec2", job.instance.type, "spot" if job.instance.spot else "on-demand"]
+
+
+def gpu_cell(job: Job) -> list[str]:
+    """The GPU test step: instance, GPU, market, hours at most and what they cost at most."""
+    test = job.gpu_test
+    if test is None:
+        return ["-"]
+    gpu = f"{test.gpu} sm_{test.capability.replace('.', '')}" + ("" if test.testable else " (not testable)")
+    market = "spot" if test.spot else "on-demand"
+    return [test.instance_type, gpu, f"{market} <= {test.max_seconds / 3600:.2f} h", f"<= ${test.usd:.2f}"]
 
 
 def _cells(job: Job) -> tuple[list[str], ...]:
@@ -30,6 +40,7 @@ def _cells(job: Job) -> tuple[list[str], ...]:
         [" ".join(job.python)],
         [f"{job.estimate.hours:.2f}"],
         [f"{job.estimate.usd:.2f}"],
+        gpu_cell(job),
     )
 
 
@@ -88,6 +99,13 @@ def render_plan(plan: Plan, explain: bool = False) -> str:
         f"estimated {plan.hours:.2f} build-hours, ${plan.usd:.2f} (EC2: spot by the config's spot_factor, "
         "with the root volume; CodeBuild: started minutes x its per-minute price)"
     )
+    gpu = [j.gpu_test for j in plan.jobs if j.gpu_test]
+    if gpu:
+        hours, usd = sum(t.max_seconds for t in gpu) / 3600, sum(t.usd for t in gpu)
+        out.append(
+            f"GPU tests before publishing: {len(gpu)} job(s), at most {hours:.2f} GPU-hours, ${usd:.2f} "
+            "(each GPU instance ends when its test does; usually minutes)"
+        )
     if explain:
         out += [f"why {job.id}: {job.executor_reason}" for job in plan.jobs]
     out += [f"note: {note}" for note in plan.notes]

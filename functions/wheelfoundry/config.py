@@ -20,6 +20,16 @@ class InstanceType:
 
 
 @dataclass(frozen=True)
+class GpuType:
+    """An instance type the GPU test step can use (config.toml [gpu_types])."""
+
+    name: str
+    gpu: str
+    capability: tuple[int, int]
+    usd_per_hour: float
+
+
+@dataclass(frozen=True)
 class ComputeType:
     """A CodeBuild on-demand compute type for one architecture (config.toml [codebuild])."""
 
@@ -44,6 +54,7 @@ class Guardrails:
     max_jobs: int
     max_instance_hours: float
     hard_max_jobs: int
+    max_gpu_hours: float = 8.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,9 @@ class FarmConfig:
     toolchain: Mapping[str, str]
     root_volume_usd_per_hour: float
     codebuild: CodeBuildLimits
+    gpu_types: Mapping[str, GpuType]
+    gpu_test_instance: str  # the GPU test step's default instance type
+    gpu_test_hours: float  # and its default limit per job
 
     def instance(self, name: str) -> InstanceType | None:
         return self.instance_types.get(name)
@@ -80,6 +94,7 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
             max_jobs=int(rails["max_jobs"]),
             max_instance_hours=float(rails["max_instance_hours"]),
             hard_max_jobs=int(rails["hard_max_jobs"]),
+            max_gpu_hours=float(rails["max_gpu_hours"]),
         ),
         max_hours=float(defaults["max_hours"]),
         gib_per_compile_job={k: float(v) for k, v in defaults["gib_per_compile_job"].items()},
@@ -101,7 +116,18 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         toolchain={k: str(v) for k, v in data["toolchain"].items()},
         root_volume_usd_per_hour=float(data["pricing"]["ec2_root_volume_usd_per_hour"]),
         codebuild=_codebuild(data["codebuild"]),
+        gpu_types={
+            name: GpuType(name, spec["gpu"], _capability(spec["capability"]), float(spec["usd_per_hour"]))
+            for name, spec in data["gpu_types"].items()
+        },
+        gpu_test_instance=str(data["gpu_test"]["instance_type"]),
+        gpu_test_hours=float(data["gpu_test"]["max_hours"]),
     )
+
+
+def _capability(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
 
 
 def _codebuild(data: Mapping[str, Any]) -> CodeBuildLimits:

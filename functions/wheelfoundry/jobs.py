@@ -69,6 +69,19 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class GpuTestPlan:
+    """The GPU test step of a CUDA job (options.gpu_test): where it runs, what it costs, whether it can."""
+
+    instance_type: str
+    gpu: str
+    capability: str  # "8.9": what the job's arch list must cover
+    spot: bool
+    max_seconds: int
+    usd: float  # the most it costs: max_seconds on the instance
+    testable: bool  # False: the arch list holds no code this GPU runs; reported "not testable", never passed
+
+
+@dataclass(frozen=True)
 class SmokeSpec:
     """What the smoke test checks beyond import and a tensor op."""
 
@@ -127,6 +140,7 @@ class Job:
     executor: Literal["ec2", "codebuild"] = "ec2"
     compute_type: str | None = None  # CodeBuild compute type when executor == "codebuild"
     executor_reason: str = ""  # why: both executors' cost, or the limit that ruled CodeBuild out
+    gpu_test: GpuTestPlan | None = None  # set by wheelfoundry.gpu_tests for CUDA jobs that ask for it
 
     @property
     def max_seconds(self) -> int:

@@ -32,12 +32,22 @@ class PackageSpec:
 
 
 @dataclass(frozen=True)
+class GpuTestOption:
+    """``options.gpu_test``: test each CUDA job's wheels on a GPU before publishing them."""
+
+    instance_type: str
+    max_hours: float
+    spot: bool = True
+
+
+@dataclass(frozen=True)
 class Options:
     mpi: bool = True
     spot: bool = True
     keep_on_failure: bool = False
     max_hours: float = 8.0
     executor: Literal["auto", "ec2", "codebuild"] = "auto"  # auto: per job (wheelfoundry.executors)
+    gpu_test: GpuTestOption | None = None  # None: CUDA wheels are published untested on a GPU
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
+from wheelfoundry.gpu_tests import gpu_guardrail_issues, with_gpu_tests
 from wheelfoundry.image_jobs import guardrail_issues as image_guardrail_issues
 from wheelfoundry.image_jobs import plan_images
 from wheelfoundry.jobs import ImageSpec, Job, PackagePin, Plan, SmokeSpec, StackContext, VersionScheme
@@ -211,8 +212,11 @@ def plan_request(
         for job in jobs
         if job.executor == "codebuild"
     ]
+    jobs, gpu_notes = with_gpu_tests(jobs, config)
+    notes += gpu_notes
     images = plan_images(request, jobs, config)
     issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
+    issues += gpu_guardrail_issues(jobs, config)
     if issues:
         raise GuardrailExceeded(issues)
     return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images)

@@ -27,6 +27,7 @@ from wheelfoundry.model import (
     BuildRequest,
     ExtensionRequest,
     ExtensionSource,
+    GpuTestOption,
     Options,
     PackageSpec,
     Request,
@@ -228,10 +229,11 @@ def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig |
     torches = filled.get("torch")  # an extension's torch list; anything else is the schema's to report
     torch_count = len(torches) if isinstance(torches, list) and torches else 1
     issues += images.check(filled, catalog, bad_paths, _run_python(filled, catalog), torch_count)
+    issues += gpu_test_issues(filled.get("options"), config)
     if issues:
         unique = {(i.path, i.message): i for i in issues}  # one mistake can trip two schema keywords
         raise RequestInvalid(unique.values())
-    return _build(filled, catalog)
+    return _build(filled, catalog, config)
 
 
 def _run_python(data: Mapping[str, Any], catalog: Catalog) -> tuple[str, ...]:
@@ -247,17 +249,41 @@ def _run_python(data: Mapping[str, Any], catalog: Catalog) -> tuple[str, ...]:
         return ()
 
 
-def _options(data: Mapping[str, Any]) -> Options:
+def _gpu_test(value: Any, spot: bool, config: FarmConfig) -> GpuTestOption | None:
+    if value is False:
+        return None
+    given = value if isinstance(value, Mapping) else {}
+    return GpuTestOption(
+        instance_type=given.get("instance_type", config.gpu_test_instance),
+        max_hours=float(given.get("max_hours", config.gpu_test_hours)),
+        spot=bool(given.get("spot", spot)),
+    )
+
+
+def gpu_test_issues(options: Any, config: FarmConfig) -> list[Issue]:
+    """An unknown GPU instance type, named before anything is launched (the schema checks the shape)."""
+    value = options.get("gpu_test") if isinstance(options, Mapping) else None
+    if not isinstance(value, Mapping) or not isinstance(value.get("instance_type"), str):
+        return []
+    name = value["instance_type"]
+    if name in config.gpu_types:
+        return []
+    why = f"{name!r} is not a GPU instance type this farm knows (config.toml [gpu_types])"
+    return [Issue("options.gpu_test.instance_type", why, name, tuple(sorted(config.gpu_types)))]
+
+
+def _options(data: Mapping[str, Any], config: FarmConfig) -> Options:
     return Options(
         mpi=data["mpi"],
         spot=data["spot"],
         keep_on_failure=data["keep_on_failure"],
         max_hours=float(data["max_hours"]),
         executor=data["executor"],
+        gpu_test=_gpu_test(data.get("gpu_test", False), data["spot"], config),
     )
 
 
-def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
+def _build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Request:
     if data.get("framework") == "extension":
         src = data["source"]
         return ExtensionRequest(
@@ -274,7 +300,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
             local_version=data["local_version"],
             layout=data["layout"],
             require_all_cells=data["require_all_cells"],
-            options=_options(data["options"]),
+            options=_options(data["options"], config),
             channel=data.get("channel") or "extensions",
             image=images.parse(data.get("image")),
         )
@@ -302,7 +328,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog) -> Request:
         python=tuple(data.get("python") or semantics.supported_python(version, catalog)),
         targets=targets,
         packages=packages,
-        options=_options(data["options"]),
+        options=_options(data["options"], config),
         channel=data.get("channel") or semantics.default_channel(version),
         image=images.parse(data.get("image")),
     )

@@ -176,6 +176,8 @@ class SsmAgent:
         env.update(
             {
                 "WF_CONTAINER": "none",
+                # One machine without a GPU plays every instance, the GPU test's too (wfbuild.gpu_runner).
+                "WF_GPU_HOST": "emulated",
                 # The Build document puts job work under ${WF_WORK_ROOT:-/var/lib/wheelfoundry}.
                 "WF_WORK_ROOT": str(root / "work"),
                 # One machine plays every instance: share build environments (torch installs) between them.

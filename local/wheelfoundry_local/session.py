@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import boto3
 
-from . import cfn_models, cli_compat, public_layers
+from . import cfn_models, cli_compat, public_layers, public_parameters
 from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
 from .codebuild import LocalCodeBuild
@@ -95,6 +95,7 @@ class EmbeddedAws:
             install_sfn_fixes(self._patches)
             cfn_models.install(self._patches, self.runtime)
             public_layers.install(self._patches)
+            public_parameters.install(self._patches)
             cli_compat.install(self._patches)
             self.events.install()
             self.agent = SsmAgent(

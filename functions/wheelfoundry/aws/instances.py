@@ -32,9 +32,22 @@ class LaunchSettings:
     extension_profile: str = ""  # instance profile ARN of the extension (untrusted) class
 
 
-def client_token(execution: str, job_id: str, market: str) -> str:
-    """Same execution, job and market -> same token: a retried Launch gets the same instance."""
-    return hashlib.sha256(f"{execution}|{job_id}|{market}".encode()).hexdigest()[:64]
+def client_token(execution: str, job_id: str, market: str, phase: str = "") -> str:
+    """Same execution, job, market and phase -> same token: a retried Launch gets the same instance."""
+    key = f"{execution}|{job_id}|{market}" + (f"|{phase}" if phase else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:64]
+
+
+def _what(job: dict[str, Any], phase: str) -> tuple[str, bool, int, str]:
+    """(instance type, spot, seconds it may run, AMI key): the build's, or its GPU test's."""
+    if phase == "gpu-test":
+        test = job.get("gpu_test") or {}
+        if not test:
+            raise LaunchFailed(f"{job['id']} has no GPU test to launch")
+        return test["instance_type"], bool(test["spot"]), int(test["max_seconds"]), "gpu"
+    if phase:
+        raise LaunchFailed(f"unknown launch phase {phase!r}")
+    return job["instance_type"], bool(job["spot"]), int(job["max_seconds"]), job["platform"]
 
 
 def user_data(max_seconds: int) -> str:
@@ -61,32 +74,41 @@ def launch(
     event: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, settings: LaunchSettings, now: datetime
 ) -> dict[str, Any]:
     job, run, execution = event["job"], event["run"], event["execution"]
+    phase = event.get("phase", "")
+    instance_type, spot, max_seconds, ami = _what(job, phase)
     # An abort does not stop a Launch already in flight, and the abort's reaper has run by then.
     ended = _execution_ended(sfn, execution)
     if ended:
         raise LaunchFailed(f"not launching {job['id']}: the execution is {ended}")
-    market = "spot" if job["spot"] else "ondemand"
+    market = "spot" if spot else "ondemand"
     identity = {T.STACK: settings.stack, T.EXECUTION: execution, T.JOB: job["id"], T.MARKET: market}
-    existing = T.find_instances(ec2, identity, states=("pending", "running"))
+    if phase:
+        identity[T.PHASE] = phase
+    existing = [
+        i
+        for i in T.find_instances(ec2, identity, states=("pending", "running"))
+        if T.tags_of(i).get(T.PHASE, "") == phase
+    ]
     if existing:  # a retry after RunInstances succeeded but the Lambda did not return
         return {"instance_id": existing[0]["InstanceId"], "market": market, "reused": True}
-    platform = job["platform"]
-    image = ssm.get_parameter(Name=settings.ami_parameters[platform])["Parameter"]["Value"]
-    expires = now + timedelta(seconds=job["max_seconds"], minutes=WATCHDOG_MARGIN_MINUTES)
+    if not settings.ami_parameters.get(ami):
+        raise LaunchFailed(f"no AMI parameter for {ami} instances in this stack")
+    image = ssm.get_parameter(Name=settings.ami_parameters[ami])["Parameter"]["Value"]
+    expires = now + timedelta(seconds=max_seconds, minutes=WATCHDOG_MARGIN_MINUTES)
     tags = {
         **identity,
         T.RUN: run["id"],
         T.EXPIRES_AT: expires.isoformat(timespec="seconds"),
-        "Name": f"wheelfoundry-{job['id']}"[:255],
+        "Name": f"wheelfoundry-{job['id']}{'-' + phase if phase else ''}"[:255],
     }
     params: dict[str, Any] = {
-        "LaunchTemplate": {"LaunchTemplateId": settings.launch_templates[platform], "Version": "$Latest"},
+        "LaunchTemplate": {"LaunchTemplateId": settings.launch_templates[job["platform"]], "Version": "$Latest"},
         "ImageId": image,
-        "InstanceType": job["instance_type"],
+        "InstanceType": instance_type,
         "MinCount": 1,
         "MaxCount": 1,
-        "ClientToken": client_token(execution, job["id"], market),
-        "UserData": user_data(job["max_seconds"]),
+        "ClientToken": client_token(execution, job["id"], market, phase),
+        "UserData": user_data(max_seconds),
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": T.tag_list(tags)},
             {"ResourceType": "volume", "Tags": T.tag_list(tags)},
@@ -95,7 +117,7 @@ def launch(
     if job.get("trust") == "extension" and settings.extension_profile:
         # Untrusted builds: the launch template's (framework) profile is replaced by the extension class's.
         params["IamInstanceProfile"] = {"Arn": settings.extension_profile}
-    if job["spot"]:
+    if spot:
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -108,7 +130,7 @@ def launch(
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in CAPACITY_ERRORS:
-            raise CapacityUnavailable(f"{job['instance_type']} ({market}): {code}") from exc
+            raise CapacityUnavailable(f"{instance_type} ({market}): {code}") from exc
         raise LaunchFailed(f"RunInstances for {job['id']} failed: {code}: {exc}") from exc
     instance_id = response["Instances"][0]["InstanceId"]
     ended = _execution_ended(sfn, execution)

@@ -138,8 +138,10 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
             metadata_key = _expect_key(job["id"], "metadata_key", metadata_key, f"{source}.metadata")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
         checked.append((filename, source, sha, project, metadata_key, version, metadata))
+    # A GPU test comes first (options.gpu_test): check now, publish in the "publish" phase after it passed.
+    held = bool(job.get("gpu_test")) and event.get("phase") != "publish"
     for filename, source, sha, project, metadata_key, version, metadata in checked:
-        if run.get("layout") == "merged":  # cell wheels stay in the job's prefix: Merge publishes one wheel
+        if held or run.get("layout") == "merged":  # merged: cell wheels stay in the job's prefix for Merge
             verified.append(filename)
             continue
         dest = f"wheels/{channel}/{project}/{filename}"
@@ -174,6 +176,24 @@ def readable_cause(cause: str | None) -> str:
     return cause
 
 
+def gpu_result(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The GPU test's verdict (the GpuTest task's output), or why it did not end in one."""
+    if not (state["job"].get("gpu_test")):
+        return None
+    output = state.get("gpu")
+    if isinstance(output, str):
+        try:
+            output = json.loads(output)
+        except ValueError:
+            output = {"verdict": "unknown", "detail": output}
+    if isinstance(output, dict):
+        return output
+    error = state.get("error") or {}
+    if error.get("Error") == "GpuTestFailed":
+        return {"verdict": "failed", "detail": readable_cause(error.get("Cause")).split("\n", 1)[0]}
+    return {"verdict": "not run", "detail": f"the job ended before its GPU test ({error.get('Error', 'no error')})"}
+
+
 def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: list[str]) -> dict[str, Any]:
     """The job's outcome: full text to S3, a short form for the execution state."""
     job, run = state["job"], state["run"]
@@ -188,6 +208,7 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "error": error.get("Error") if error else None,
         "cause": error.get("Cause") if error else None,
         "collect": collect_result,
+        "gpu_test": gpu_result(state),
         "instances_terminated": terminated,
         "instances_kept": kept,
     }
@@ -202,4 +223,5 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "error": full["error"] or ("Partial" if status == "partial" else None),
         "cause": cause[:CAUSE_IN_STATE],
         "published": len(collect_result.get("published", [])),
+        "gpu_test": (full["gpu_test"] or {}).get("verdict"),  # None: no GPU test asked
     }

@@ -59,6 +59,23 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
         "max_seconds": job.max_seconds,
         "timeout_seconds": job.max_seconds + BUILD_TIMEOUT_MARGIN_SECONDS,
         "keep_on_failure": job.options.keep_on_failure,
+        # None: no GPU test; else where and how long (the GPU test states read it)
+        "gpu_test": gpu_summary(job),
+    }
+
+
+def gpu_summary(job: Job) -> dict[str, Any] | None:
+    test = job.gpu_test
+    if test is None:
+        return None
+    return {
+        "instance_type": test.instance_type,
+        "gpu": test.gpu,
+        "spot": test.spot,
+        "testable": test.testable,
+        "max_seconds": test.max_seconds,
+        # the GPU host boots, installs torch and the wheels, then tests: the limit covers all of it
+        "timeout_seconds": test.max_seconds + BUILD_TIMEOUT_MARGIN_SECONDS,
     }
 
 

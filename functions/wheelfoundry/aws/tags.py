@@ -12,6 +12,7 @@ JOB = "wheelfoundry:job"
 MARKET = "wheelfoundry:market"
 EXPIRES_AT = "wheelfoundry:expires-at"
 KEPT = "wheelfoundry:kept"
+PHASE = "wheelfoundry:phase"  # "gpu-test" on the GPU test's instance; build instances carry none
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 
 

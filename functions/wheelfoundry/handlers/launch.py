@@ -17,7 +17,11 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
             "x86_64": rt.var("WF_LAUNCH_TEMPLATE_X86_64"),
             "aarch64": rt.var("WF_LAUNCH_TEMPLATE_AARCH64"),
         },
-        ami_parameters={"x86_64": rt.var("WF_AMI_PARAMETER_X86_64"), "aarch64": rt.var("WF_AMI_PARAMETER_AARCH64")},
+        ami_parameters={
+            "x86_64": rt.var("WF_AMI_PARAMETER_X86_64"),
+            "aarch64": rt.var("WF_AMI_PARAMETER_AARCH64"),
+            "gpu": rt.var("WF_GPU_AMI_PARAMETER", ""),
+        },
         subnets=tuple(s for s in rt.var("WF_SUBNET_IDS", "").split(",") if s),
         extension_profile=rt.var("WF_EXTENSION_INSTANCE_PROFILE_ARN", ""),
     )

@@ -1,0 +1,115 @@
+"""The GPU test step (options.gpu_test) through the real template and state machine.
+
+A CUDA 13.0 job of the tiny extension builds here for real; then the state machine ends the build
+instance, launches a GPU instance (g6.xlarge, from the Deep Learning Base AMI's public parameter) and
+sends it the GpuTest document, whose real script runs wfbuild.gpu_runner. This machine has no GPU, so
+the real probe says "no CUDA device" and the step is "skipped-in-emulation", never "passed". The other
+paths swap in a stand-in probe (WF_GPU_PROBE, honoured only where WF_GPU_HOST=emulated): one that
+reports a failed check, one that hangs. Every test ends with no instance left (conftest's stack).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tests.workflow.conftest import extension_request, launched_by, s3_json, s3_keys, source, upload, wait_for
+from wheelfoundry_local import DeployedStack, EmbeddedAws
+
+FAILING = """
+import json
+print("WF-GPU " + json.dumps({"begin": "package tests"}))
+print("WF-GPU " + json.dumps({"check": "package tests", "ok": False, "detail": "AssertionError: 1 != 2"}))
+print("WF-GPU " + json.dumps({"verdict": "failed", "failed": "package tests", "gpu": "Emulated L4",
+      "capability": "8.9", "detail": "AssertionError: 1 != 2"}))
+"""
+HANGING = 'import time\ntime.sleep({seconds})\nprint(\'WF-GPU {{"verdict": "no-device", "detail": "slept"}}\')\n'
+
+
+def gpu_request(uri: str, **gpu: Any) -> dict[str, Any]:
+    options = {"executor": "ec2", "gpu_test": {"instance_type": "g6.xlarge", "spot": True, **gpu}}
+    return extension_request(uri, torch=["2.14"], cuda=["13.0"], arch_list="8.9", layout="per-cell", options=options)
+
+
+def stand_in(aws: EmbeddedAws, tmp_path: Path, text: str) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(textwrap.dedent(text))
+    assert aws.agent is not None
+    aws.agent.environment["WF_GPU_PROBE"] = str(probe)
+
+
+def phases(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
+    return sorted(
+        (i["Tags"].get("wheelfoundry:phase", "build"), i["InstanceType"], i["State"]["Name"])
+        for i in launched_by(aws, arn)
+    )
+
+
+def test_a_passing_gpu_step_publishes_and_records_its_verdict(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.succeeded, (result.error, result.cause)
+    assert phases(aws, arn) == [("build", "c7i.4xlarge", "terminated"), ("gpu-test", "g6.xlarge", "terminated")]
+    run_id = result.output["run_id"]
+    prefix = f"runs/{run_id}/jobs/wf-tiny-ext-cuda13.0-x86_64/"
+    verdict = s3_json(aws, stack, prefix + "result.json")["gpu_test"]
+    assert verdict["verdict"] == "skipped-in-emulation", verdict  # no GPU here: never "passed"
+    report = s3_json(aws, stack, prefix + "gpu-test.json")
+    assert [g["verdict"] for g in report["groups"]] == ["no-device"] and report["groups"][0]["torch"] == "2.14.1"
+    assert s3_json(aws, stack, f"runs/{run_id}/report.json")["jobs"][0]["gpu_test"] == "skipped-in-emulation"
+    assert [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
+
+
+def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    stand_in(aws, tmp_path, FAILING)
+    arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.status == "FAILED"
+    cause = result.cause or ""
+    assert "GpuTestFailed" in cause and "Emulated L4" in cause and "AssertionError: 1 != 2" in cause
+    assert not s3_keys(aws, stack, "wheels/ci/"), "a failed GPU test publishes nothing"
+    run_id = arn.rsplit(":", 1)[1]
+    gpu = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-cuda13.0-x86_64/result.json")["gpu_test"]
+    assert gpu["verdict"] == "failed" and "Emulated L4" in gpu["detail"]
+    assert all(state == "terminated" for _, _, state in phases(aws, arn))
+
+
+def test_a_gpu_test_past_its_time_limit_ends_and_publishes_nothing(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    stand_in(aws, tmp_path, HANGING.format(seconds=300))
+    request = gpu_request(upload(aws, stack, source(tmp_path)), max_hours=0.006)  # 21.6 s for the whole step
+    result = aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=900)
+    assert result.status == "FAILED" and "ended TimedOut" in (result.cause or ""), result.cause
+    assert not s3_keys(aws, stack, "wheels/ci/")
+
+
+def test_an_interrupted_spot_gpu_test_runs_again_on_demand(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    stand_in(aws, tmp_path, HANGING.format(seconds=6))
+    arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
+    agent = aws.agent
+    assert agent is not None
+    first = wait_for(
+        lambda: [r for r in agent.runs() if "GpuTest" in r.document_name and r.status == "InProgress"],
+        timeout=900,
+        what="the GPU test command",
+    )
+    aws.events.spot_interruption(first[0].instance_id)
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.succeeded, (result.error, result.cause)
+    gpu = [(market, state) for phase, market, state in _markets(aws, arn) if phase == "gpu-test"]
+    assert gpu == [("ondemand", "terminated"), ("spot", "terminated")]
+
+
+def _markets(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
+    return sorted(
+        (i["Tags"].get("wheelfoundry:phase", "build"), i["Tags"]["wheelfoundry:market"], i["State"]["Name"])
+        for i in launched_by(aws, arn)
+    )
