@@ -70,7 +70,7 @@ def job_row(
         else:
             state, stage = ("pending", "start build") if running else ("not started", "-")
     else:
-        mine = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id]
+        mine = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id and not _is_gpu(i)]
         if mine:
             newest = max(mine, key=lambda i: i.get("LaunchTime") or datetime.min.replace(tzinfo=UTC))
             start = _epoch(newest.get("LaunchTime"))
@@ -81,8 +81,16 @@ def job_row(
             state, stage = ("pending", "launch") if running else ("not started", "-")
     if "manifest.json" in objects and "result.json" not in objects:
         stage = "collect"
+    gpu = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id and _is_gpu(i)]
+    if gpu and "result.json" not in objects:  # the GPU test step (options.gpu_test) follows the build
+        newest = max(gpu, key=lambda i: i.get("LaunchTime") or datetime.min.replace(tzinfo=UTC))
+        state = newest["State"]["Name"]
+        stage = {"pending": "gpu test: launch", "running": "gpu test"}.get(state, "gpu test ended")
+        detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
+    verdict = None
     if "result.json" in objects:
         result = farm.get_json(prefix + "result.json") or {}
+        verdict = (result.get("gpu_test") or {}).get("verdict")
         state, stage = str(result.get("status", "ended")), "done"
         end = objects["result.json"].timestamp()
         if result.get("error"):
@@ -101,7 +109,12 @@ def job_row(
         "estimated_usd": estimate.get("usd"),
         "actual_usd": None if actual is None else round(actual, 4),
         "detail": detail,
+        "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
     }
+
+
+def _is_gpu(instance: dict[str, Any]) -> bool:
+    return bool(instance["Tags"].get("wheelfoundry:phase") == "gpu-test")
 
 
 def run_status(farm: Farm, run: str) -> dict[str, Any]:
@@ -142,7 +155,7 @@ def render_status(status: dict[str, Any]) -> str:
     )
     lines = [head]
     if jobs:
-        rows = [
+        rows: list[tuple[object, ...]] = [
             (
                 j["job"],
                 j["executor"],
@@ -155,7 +168,11 @@ def render_status(status: dict[str, Any]) -> str:
             )
             for j in jobs
         ]
-        lines.append(table(("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST.", "ACTUAL", "DETAIL"), rows))
+        headers: tuple[str, ...] = ("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST.", "ACTUAL", "DETAIL")
+        if any(j.get("gpu_test") for j in jobs):
+            rows = [(*row[:-1], j.get("gpu_test") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
+            headers = (*headers[:-1], "GPU TEST", headers[-1])
+        lines.append(table(headers, rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")
     if status.get("error") or status.get("failures"):

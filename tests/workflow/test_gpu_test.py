@@ -16,6 +16,8 @@ from typing import Any
 
 from tests.workflow.conftest import extension_request, launched_by, s3_json, s3_keys, source, upload, wait_for
 from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.status import render_status, run_status
 
 FAILING = """
 import json
@@ -77,6 +79,10 @@ def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
     gpu = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-cuda13.0-x86_64/result.json")["gpu_test"]
     assert gpu["verdict"] == "failed" and "Emulated L4" in gpu["detail"]
     assert all(state == "terminated" for _, _, state in phases(aws, arn))
+    # what `wheelfoundry status RUN` shows: the verdict per job, the GPU and the failed check in its detail
+    farm = Farm(stack.name, endpoint_url=aws.endpoint, region=aws.region)
+    shown = render_status(run_status(farm, run_id))
+    assert "GPU TEST" in shown and "GpuTestFailed: GPU test failed on Emulated L4" in shown, shown
 
 
 def test_a_gpu_test_past_its_time_limit_ends_and_publishes_nothing(
