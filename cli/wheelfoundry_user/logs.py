@@ -105,6 +105,9 @@ def show_log(
                 write(decoder.decode(chunk))
         if head is not None and not partial:  # the runner's final upload: the whole log
             write(decoder.decode(b"", final=True))
+            gpu = farm.get(prefix + "gpu-test.log")  # options.gpu_test: the GPU host's log follows the build's
+            if gpu is not None:
+                write(f"\n[wheelfoundry] GPU test of {job} (gpu-test.log)\n" + gpu.decode("utf-8", "replace"))
             return EXIT_OK
         if head is not None and head[1] == INTERRUPTED and not interrupted_etag:
             interrupted_etag = head[2]

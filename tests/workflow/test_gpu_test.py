@@ -17,6 +17,7 @@ from typing import Any
 from tests.workflow.conftest import extension_request, launched_by, s3_json, s3_keys, source, upload, wait_for
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.logs import show_log
 from wheelfoundry_user.status import render_status, run_status
 
 FAILING = """
@@ -83,6 +84,10 @@ def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
     farm = Farm(stack.name, endpoint_url=aws.endpoint, region=aws.region)
     shown = render_status(run_status(farm, run_id))
     assert "GPU TEST" in shown and "GpuTestFailed: GPU test failed on Emulated L4" in shown, shown
+    printed: list[str] = []
+    assert show_log(farm, run_id, "wf-tiny-ext-cuda13.0-x86_64", False, 0.1, printed.append) == 0
+    log = "".join(printed)
+    assert "GPU test of wf-tiny-ext-cuda13.0-x86_64 (gpu-test.log)" in log and "FAIL package tests" in log, log
 
 
 def test_a_gpu_test_past_its_time_limit_ends_and_publishes_nothing(
