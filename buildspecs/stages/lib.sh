@@ -40,7 +40,12 @@ wf_nightly_version() {
 }
 
 # sccache is a cache, not a requirement: without it (or without its bucket) compile directly.
+# WF_SCCACHE=on: the runner started the job's server and set the launchers or wrappers (host mode).
 wf_sccache_setup() {
+  if [[ "${WF_SCCACHE:-}" == on ]]; then
+    wf_log "sccache: the job's server, s3://${SCCACHE_BUCKET:-?}/${SCCACHE_S3_KEY_PREFIX:-}"
+    return 0
+  fi
   if [[ "${CMAKE_C_COMPILER_LAUNCHER:-}" != sccache ]]; then
     return 0
   fi
@@ -56,6 +61,9 @@ wf_sccache_setup() {
 }
 
 wf_sccache_stats() {
+  if [[ "${WF_SCCACHE:-}" == on ]]; then
+    return 0 # the runner records the job's stats in its manifest
+  fi
   if command -v sccache >/dev/null 2>&1 && [[ "${CMAKE_C_COMPILER_LAUNCHER:-}" == sccache ]]; then
     sccache --show-stats || true
   fi

@@ -29,7 +29,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, container, credentials, manifest, toolkit
+from wfbuild import callback, compiler_cache, container, credentials, manifest, toolkit
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -69,6 +69,7 @@ class Job:
         self.token_gone = False
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
         self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
+        self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
         self._names = itertools.count()
 
     def start_credentials(self) -> None:
@@ -111,7 +112,10 @@ class Job:
             # This host's glibc is newer than the builder image's: tag what the host allows.
             env.setdefault("WF_REPAIR_PLAT", "auto")
         merged = {**env, **layered}
-        return toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else merged
+        merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else merged
+        if self.cache is None or stage.host:
+            return merged
+        return self.cache.stage_env(merged, wrap=any(a.endswith("build-library.sh") for a in stage.argv))
 
     def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
         if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
@@ -145,6 +149,8 @@ class Job:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
         if self.mode == "none" and self.job["image"]["build_args"].get("CUDA_VERSION") and not fatal_failed:
             fatal_failed = not self._host_toolkit()
+        if self.mode == "none" and not fatal_failed and compiler_cache.wanted(self.job["env"], self.bucket):
+            self._host_compiler_cache()
         if [s.name for s in host] != [s.name for s in inside]:
             raise RuntimeError("host and container renderings of the stages differ")
         pairs = list(zip(host, inside))  # noqa: B905  (runs on the host's Python 3.9)
@@ -159,6 +165,17 @@ class Job:
                 j += 1
             self._run_cells(pairs[i:j], image, fatal_failed)
             i = j
+
+    def _host_compiler_cache(self) -> None:
+        """Host mode: sccache from the bundle's hash lock, one server for the job (never fatal)."""
+        root = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
+        binary = compiler_cache.install(self.bundle, root, lambda argv: subprocess.run(argv, check=False).returncode)
+        if binary is None:
+            self.log.note("warning: sccache could not be installed from its lock: compiling without a cache")
+            return
+        cache = compiler_cache.CompilerCache(str(binary), self.work, self.log.note)
+        cache.start(self.stage_env(Stage("sccache", [], {}), False))
+        self.cache = cache  # not running: the stages lose the launcher variables and compile directly
 
     def _host_toolkit(self) -> bool:
         """Host mode: the image's CUDA toolkit lock, installed under the cache (the image stage's twin)."""
@@ -282,6 +299,8 @@ class Job:
             data = manifest.build_manifest(self.work)
         if self.runner.aborted:
             data["status"] = "failed"
+        if self.cache is not None:
+            data["compiler_cache"] = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return data
 

@@ -6,13 +6,16 @@ These are the variables PyTorch's own binary builders set (.ci/manywheel/build_c
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.jobs import ImageSpec, StackContext
-from wheelfoundry.model import Options, TargetSpec
+from wheelfoundry.model import ExtensionSource, Options, TargetSpec
 from wheelfoundry.resolve import Resolved
 
 PAGE_SIZE_FLAG = "-Wl,-z,max-page-size=0x10000"  # aarch64 kernels with 64 KiB pages
@@ -25,6 +28,25 @@ FRAMEWORK_ONLY = ("cudnn", "nccl", "nvshmem", "cusparselt", "cufile", "cudss")
 
 def flag(value: bool) -> str:
     return "1" if value else "0"
+
+
+def extension_cache_scope(source: ExtensionSource) -> str:
+    """Which extension builds share a compiler cache: those of one source origin, nothing wider.
+
+    git: the repository (a named ref shares it; a bare commit id, which a fork can supply through the
+    parent's URL, gets a scope of its own); s3: the source's name in its folder (the CLI's uploads differ
+    only in their content hash), so whoever could poison it could replace the source itself.
+    """
+    if source.git:
+        url = source.git.strip().rstrip("/").removesuffix(".git").lower()
+        ref = source.ref or "HEAD"
+        origin = f"{url}@{ref}" if re.fullmatch(r"[0-9a-f]{7,40}", ref) else url
+    else:
+        where = source.s3 or ""
+        folder, _, name = where.rpartition("/")
+        stem = re.sub(r"\.(tar\.gz|tgz|zip)$", "", name)
+        origin = f"{folder}/{re.sub(r'-[0-9a-f]{8,64}$', '', stem)}"
+    return hashlib.sha256(origin.encode()).hexdigest()[:16]
 
 
 def cache_env(bucket: str, region: str, target: str, cuda: bool) -> dict[str, str]:

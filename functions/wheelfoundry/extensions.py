@@ -79,6 +79,7 @@ def plan_extension(
         cuda = None if cuda_spec == "cpu" else cuda_spec
         accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
+            scope = buildenv.extension_cache_scope(request.source)
             cells = cells_for(request, catalog, cuda, platform)
             if not cells:
                 continue
@@ -92,7 +93,7 @@ def plan_extension(
                 "WF_GIB_PER_COMPILE_JOB": str(per_job),
                 "WF_RESERVE_GIB": str(config.reserve_gib),
                 "USE_CUDA": buildenv.flag(bool(cuda)),
-                **buildenv.cache_env(context.bucket, context.region, f"ext-{tid}", bool(cuda)),
+                **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
             }
             arch_list = None
             toolkit_libraries: tuple[str, ...] = ()

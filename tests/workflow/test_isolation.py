@@ -28,6 +28,10 @@ s3 = boto3.client("s3")
 attempts = {
     "another run's wheel": lambda: s3.put_object(Bucket=bucket, Key="VICTIM", Body=b"evil"),
     "framework cache": lambda: s3.put_object(Bucket=bucket, Key="sccache/cpu-x86_64/poison", Body=b"evil"),
+    "read the framework cache": lambda: s3.get_object(Bucket=bucket, Key="sccache/cpu-x86_64/a/b/c/0123"),
+    "another extension's cache": lambda: s3.put_object(
+        Bucket=bucket, Key="sccache/ext-0000000000000000-cpu-x86_64/poison", Body=b"evil"
+    ),
     "own job's wheels": lambda: s3.put_object(Bucket=bucket, Key=own + "wheels/evil-1.0-py3-none-any.whl", Body=b"x"),
     "another job's contract": lambda: s3.get_object(Bucket=bucket, Key="runs/victim-run/jobs/victim-cpu-x86_64/job.json"),
     "list the runs": lambda: s3.list_objects_v2(Bucket=bucket, Prefix="runs/"),
@@ -78,6 +82,8 @@ def test_a_hostile_build_cannot_touch_anything_outside_its_job(
         "host keys": False,
         "another run's wheel": "AccessDenied",
         "framework cache": "AccessDenied",
+        "read the framework cache": "AccessDenied",
+        "another extension's cache": "AccessDenied",
         "own job's wheels": "AccessDenied",
         "another job's contract": "AccessDenied",
         "list the runs": "AccessDenied",

