@@ -101,16 +101,13 @@ def main() -> int:
     parser.add_argument("--only", action="append", help="project name(s) to run")
     args = parser.parse_args()
     import boto3
-    from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    from wheelfoundry_local.server import MotoServer  # the embedded AWS's own S3, on loopback
+
+    server = MotoServer()
     server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    s3 = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="b", aws_secret_access_key="b"
-    )
-    s3.create_bucket(Bucket="wf-bench")
+    endpoint = server.endpoint
+    boto3.client("s3", endpoint_url=endpoint, region_name=server.region).create_bucket(Bucket="wf-bench")
     scratch = Path(tempfile.mkdtemp(prefix="wf-bench-cache-"))
     cache_root = Path(os.environ.get("WF_CACHE_DIR") or ROOT / ".wf-local" / "cache")
     sccache = compiler_cache.install(

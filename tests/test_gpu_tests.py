@@ -6,19 +6,11 @@ import itertools
 
 import pytest
 
+from tests.test_pins import EXTENSION
 from tests.test_planning import plan
 from wfbuild.gpu_probe import covers as probe_covers
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
 from wheelfoundry.gpu_tests import covers
-
-EXTENSION = {
-    "framework": "extension",
-    "name": "x",
-    "source": {"s3": "s3://bucket/sources/x.tar.gz"},
-    "torch": ["2.14"],
-    "cuda": ["cpu", "13.0"],
-    "python": ["3.12"],
-}
 
 
 def test_the_planner_and_the_gpu_hosts_probe_apply_one_arch_rule() -> None:
