@@ -119,10 +119,15 @@ class CompilerCache:
             return out | {name: self.binary for name in LAUNCHERS if name in out}
         for name in LAUNCHERS:
             out.pop(name, None)
-        out["PATH"] = os.pathsep.join([str(self.wrappers(out.get("PATH", ""))), out.get("PATH", "")])
+        path = out.get("PATH", "")
+        out["PATH"] = os.pathsep.join([str(self.wrappers(path)), path])
         out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ours already wrap: torch's would wrap twice
         if out.get("CUDA_HOME"):
             out["PYTORCH_NVCC"] = f"{self.binary} {out['CUDA_HOME']}/bin/nvcc"
+            # nvcc runs its host compiler itself: the real one, or it probes a wrapper and gives up
+            host = shutil.which("c++", path=path)
+            if host:
+                out["NVCC_PREPEND_FLAGS"] = f"-ccbin {host} {out.get('NVCC_PREPEND_FLAGS', '')}".strip()
         return out
 
     def wrappers(self, path: str) -> Path:
