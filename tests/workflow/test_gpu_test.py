@@ -124,3 +124,22 @@ def _markets(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
         (i["Tags"].get("wheelfoundry:phase", "build"), i["Tags"]["wheelfoundry:market"], i["State"]["Name"])
         for i in launched_by(aws, arn)
     )
+
+
+def test_a_lambda_error_after_the_gpu_test_publishes_nothing_and_ends_every_instance(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    stand_in(aws, tmp_path, HANGING.format(seconds=5))
+    arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
+    agent = aws.agent
+    assert agent is not None
+    wait_for(
+        lambda: [r for r in agent.runs() if "GpuTest" in r.document_name and r.status == "InProgress"],
+        timeout=900,
+        what="the GPU test command",
+    )
+    aws.faults.inject("CollectFunction", "Boom")  # the Publish state's Collect, after the GPU verdict
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.status == "FAILED" and "Boom" in (result.cause or ""), result.cause
+    assert not s3_keys(aws, stack, "wheels/ci/"), "nothing published"
+    assert [state for _, _, state in phases(aws, arn)] == ["terminated", "terminated"]
