@@ -124,24 +124,26 @@ def bench_history(job_counts: tuple[int, ...] = (1, 2, 4)) -> list[dict[str, Any
                     )
             bucket = stack.outputs["WheelBucketName"]
             source = ROOT / "tests" / "fixtures" / "tiny_ext"
-            for executor, sleep in (("ec2", 0), ("ec2", 20), ("codebuild", 0), ("codebuild", 20)):
+            cases = [("ec2", 0, False), ("ec2", 20, False), ("codebuild", 0, False), ("codebuild", 20, False)]
+            cases += [("ec2", 0, True), ("ec2", 20, True)]  # + the GPU test step (played by the local agent)
+            for executor, sleep, gpu in cases:
                 # One real build, short and long, on each executor: the parent history must not grow.
-                folder = state / f"src-{executor}-{sleep}"
+                folder = state / f"src-{executor}-{sleep}-{gpu}"
                 shutil.copytree(source, folder)
                 setup = folder / "setup.py"
                 setup.write_text(f"import time\ntime.sleep({sleep})\n" + setup.read_text())
-                key = f"sources/tiny-{executor}-{sleep}.tar.gz"
+                key = f"sources/tiny-{executor}-{sleep}-{gpu}.tar.gz"
                 aws.client("s3").put_object(Bucket=bucket, Key=key, Body=pack_source(folder, "wf-tiny-ext"))
                 request = {
                     "framework": "extension",
                     "name": "wf-tiny-ext",
                     "source": {"s3": f"s3://{bucket}/{key}"},
-                    "torch": ["2.13"],
-                    "cuda": ["cpu"],
+                    "torch": ["2.14"] if gpu else ["2.13"],
+                    "cuda": ["13.0"] if gpu else ["cpu"],
                     "python": ["3.11"],
                     "torch_index": "pip",
-                    "channel": f"bench-{executor}-{sleep}",
-                    "options": {"executor": executor},
+                    "channel": f"bench-{executor}-{sleep}-{'gpu' if gpu else 'nogpu'}",
+                    "options": {"executor": executor, **({"gpu_test": True} if gpu else {})},
                 }  # one channel each: a rebuild never overwrites a wheel
                 started = time.monotonic()
                 arn = aws.start_execution(stack.state_machine_arn, request)
@@ -149,7 +151,7 @@ def bench_history(job_counts: tuple[int, ...] = (1, 2, 4)) -> list[dict[str, Any
                 rows.append(
                     {
                         "bench": "history",
-                        "case": f"1 real {executor} build, +{sleep}s",
+                        "case": f"1 real {executor} build{' + GPU test' if gpu else ''}, +{sleep}s",
                         "jobs": 1,
                         "status": result.status
                         if result.succeeded
