@@ -337,7 +337,9 @@ class Job:
             else:
                 self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}result.json", Body=output.encode())
             return 0
-        cause = callback.failure_cause(self.job.get("id", ""), self.first_failure(), keys["log"], self.log.tail_text())
+        # A long tail: a compiler's first error can sit a hundred lines above a setup.py traceback.
+        tail = self.log.tail_text(400, 24000)
+        cause = callback.failure_cause(self.job.get("id", ""), self.first_failure(), keys["log"], tail)
         if self.token:
             self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
         return 1

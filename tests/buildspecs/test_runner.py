@@ -25,6 +25,7 @@ from moto.server import ThreadedMotoServer
 from tests.buildspecs.conftest import BUNDLE, example_source, run
 from tests.buildspecs.jobs import plan_extension_job
 from wfbuild import runner
+from wheelfoundry_user.failures import cause_lines
 
 OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures", "missing_cells"}
 WHEEL_KEYS = {
@@ -245,6 +246,8 @@ def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, t
     prefix = job["run"]["prefix"]
     assert cause["job_id"] == job["id"] and cause["stage"] == "build-torch2.13.0-cp311-cpu-x86_64"
     assert cause["log_key"] == f"{prefix}build.log" and "broken.cpp" in cause["log_tail"]
+    # what a user is shown first: the compiler's error, though setup.py's traceback follows it for 100 lines
+    assert any("broken.cpp" in line and ": error: " in line for line in cause_lines(cause["log_tail"]))
     assert aws.finished(execution)["status"] == "FAILED"
     assert "this is not C++" in aws.text(f"{prefix}build.log")
     manifest = json.loads(aws.text(f"{prefix}manifest.json"))
