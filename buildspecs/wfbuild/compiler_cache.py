@@ -158,6 +158,19 @@ class CompilerCache:
             return {"error": (proc.stderr or "no stats").strip()[:300]}
 
 
+def describe(stats: Mapping[str, Any]) -> str:
+    """One log line: what the cache did for this job (a low hit rate on a rebuild: the package defeats it)."""
+    if stats.get("status") != "used":
+        return f"compiler cache: not used ({stats.get('detail', '')})"
+    rate = "-" if stats.get("hit_rate") is None else f"{stats['hit_rate']:.0%}"
+    langs = ", ".join(f"{k} {v['hits']}/{v['hits'] + v['misses']}" for k, v in stats.get("per_language", {}).items())
+    uncached = sum(stats.get("not_cached", {}).values())
+    return (
+        f"compiler cache: {stats['compile_requests']} requests, {stats['hits']} hits, {stats['misses']} misses"
+        f" (hit rate {rate}; {langs or 'no compiles'}; {uncached} not cacheable)"
+    )
+
+
 def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
     """sccache's JSON stats -> what the manifest keeps: requests, hits, misses and errors per language."""
     stats = raw.get("stats", {})

@@ -300,7 +300,8 @@ class Job:
         if self.runner.aborted:
             data["status"] = "failed"
         if self.cache is not None:
-            data["compiler_cache"] = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
+            data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
+            self.log.note(compiler_cache.describe(stats))
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return data
 

@@ -21,7 +21,7 @@ def _cache(aws: EmbeddedAws, stack: DeployedStack, request: dict[str, object]) -
     assert result.succeeded, (result.error, result.cause)
     manifest = s3_json(aws, stack, f"runs/{result.output['run_id']}/jobs/{JOB}/manifest.json")
     cache: dict[str, object] = manifest["compiler_cache"]
-    return cache
+    return {**cache, "run_id": result.output["run_id"]}
 
 
 def test_a_second_identical_build_hits_the_cache_the_first_filled(
@@ -36,6 +36,13 @@ def test_a_second_identical_build_hits_the_cache_the_first_filled(
     second = _cache(aws, stack, {**request, "channel": "ci-again"})  # the wheel's bytes differ (timestamps)
     assert second["hits"] == first["misses"] and not second["misses"], second
     assert second["per_language"] == {"C/C++": {"hits": second["hits"], "misses": 0}}
+    log = aws.client("s3").get_object(
+        Bucket=stack.outputs["WheelBucketName"], Key=f"runs/{second['run_id']}/jobs/{JOB}/build.log"
+    )
+    assert (
+        f"compiler cache: {second['compile_requests']} requests, {second['hits']} hits, 0 misses"
+        in log["Body"].read().decode()
+    )
 
 
 def test_an_unreachable_cache_builds_anyway_and_says_so(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
