@@ -42,6 +42,18 @@ def stand_in(aws: EmbeddedAws, tmp_path: Path, text: str) -> None:
     aws.agent.environment["WF_GPU_PROBE"] = str(probe)
 
 
+def gpu_command_running(aws: EmbeddedAws) -> Any:
+    """The GpuTest document's command, once the agent runs it (the build has passed by then)."""
+    agent = aws.agent
+    assert agent is not None
+    running = wait_for(
+        lambda: [r for r in agent.runs() if "GpuTest" in r.document_name and r.status == "InProgress"],
+        timeout=900,
+        what="the GPU test command",
+    )
+    return running[0]
+
+
 def phases(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
     return sorted(
         (i["Tags"].get("wheelfoundry:phase", "build"), i["InstanceType"], i["State"]["Name"])
@@ -105,14 +117,8 @@ def test_an_interrupted_spot_gpu_test_runs_again_on_demand(
 ) -> None:
     stand_in(aws, tmp_path, HANGING.format(seconds=6))
     arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
-    agent = aws.agent
-    assert agent is not None
-    first = wait_for(
-        lambda: [r for r in agent.runs() if "GpuTest" in r.document_name and r.status == "InProgress"],
-        timeout=900,
-        what="the GPU test command",
-    )
-    aws.events.spot_interruption(first[0].instance_id)
+    first = gpu_command_running(aws)
+    aws.events.spot_interruption(first.instance_id)
     result = aws.wait_execution(arn, timeout=900)
     assert result.succeeded, (result.error, result.cause)
     gpu = [(market, state) for phase, market, state in _markets(aws, arn) if phase == "gpu-test"]
@@ -131,13 +137,7 @@ def test_a_lambda_error_after_the_gpu_test_publishes_nothing_and_ends_every_inst
 ) -> None:
     stand_in(aws, tmp_path, HANGING.format(seconds=5))
     arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
-    agent = aws.agent
-    assert agent is not None
-    wait_for(
-        lambda: [r for r in agent.runs() if "GpuTest" in r.document_name and r.status == "InProgress"],
-        timeout=900,
-        what="the GPU test command",
-    )
+    gpu_command_running(aws)
     aws.faults.inject("CollectFunction", "Boom")  # the Publish state's Collect, after the GPU verdict
     result = aws.wait_execution(arn, timeout=900)
     assert result.status == "FAILED" and "Boom" in (result.cause or ""), result.cause
