@@ -4,7 +4,8 @@ Prints one ``WF-GPU {...}`` line per check and a last ``WF-GPU {"verdict": ...}`
 - ``no-device``: torch sees no CUDA device (the emulator's GPU host, or a broken driver);
 - ``not-testable``: the wheel's arch list holds no code this GPU can run (say arch 8.0 on an H100);
 - ``passed`` / ``failed``: every check ran on the GPU; ``failed`` names the first check that did not pass.
-The arch rule is in :func:`covers`; wfbuild.gpu_test imports it, so planner and probe agree.
+The arch rule is :func:`covers`; the planner (functions/wheelfoundry/gpu_tests.py, which cannot import the
+bundle) applies the same rule, and tests/test_gpu_tests.py holds the two to the same answers.
 """
 
 from __future__ import annotations

@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from wfbuild import envs, wheelfile
-from wfbuild.gpu_probe import covers
 
 PROBE = Path(__file__).with_name("gpu_probe.py")
 SMOKE_GROUP = "wheelfoundry_smoke"
 TAIL_LINES = 40
-
-__all__ = ["covers", "probe_spec", "run", "summary"]
 
 
 def probe_spec(wheels: list[Path], arch_list: str, tests: Path | None) -> dict[str, Any]:

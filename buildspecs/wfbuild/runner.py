@@ -166,9 +166,13 @@ class Job:
             self._run_cells(pairs[i:j], image, fatal_failed)
             i = j
 
+    def _cache_root(self) -> Path:
+        """Where host mode keeps what outlives the job (toolkits, sccache): the shared cache, else the work dir."""
+        return Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
+
     def _host_compiler_cache(self) -> None:
         """Host mode: sccache from the bundle's hash lock, one server for the job (never fatal)."""
-        root = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
+        root = self._cache_root()
         binary = compiler_cache.install(self.bundle, root, lambda argv: subprocess.run(argv, check=False).returncode)
         if binary is None:
             self.log.note("warning: sccache could not be installed from its lock: compiling without a cache")
@@ -179,7 +183,7 @@ class Job:
 
     def _host_toolkit(self) -> bool:
         """Host mode: the image's CUDA toolkit lock, installed under the cache (the image stage's twin)."""
-        root = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
+        root = self._cache_root()
         argv = ["python3", "-m", "wfbuild.toolkit", "--job", str(self.work / "meta" / "job.json"), "--root", str(root)]
         stage = Stage("toolkit", argv, {}, host=True)
         if self._run_one(stage, stage, "", {}) != "succeeded":

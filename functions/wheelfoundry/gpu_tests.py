@@ -7,25 +7,24 @@ host with the standard library alone; tests/test_gpu_tests.py holds the two to t
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
 from wheelfoundry.jobs import GpuTestPlan, Job
-
-_ARCH = re.compile(r"(\d+)\.(\d+)([af]?)(\+PTX)?")
+from wheelfoundry.targets import ARCH, split_arch_list
 
 
 def covers(arch_list: str, capability: tuple[int, int]) -> bool:
     """SASS X.Y runs on X.Z, Z >= Y (an 'a' build on X.Y alone); PTX X.Y on any GPU from X.Y up."""
-    for item in filter(None, re.split(r"[;,\s]+", arch_list)):
-        match = _ARCH.fullmatch(item)
+    for item in split_arch_list(arch_list):  # the arch lists Validate accepted (wheelfoundry.targets)
+        match = ARCH.match(item)
         if not match:
             continue
-        arch = (int(match[1]), int(match[2]))
-        if arch == capability or (match[3] != "a" and arch[0] == capability[0] and arch[1] <= capability[1]):
+        major, minor = (int(part) for part in match["base"].split("."))
+        arch = (major, minor)
+        if arch == capability or (match["suffix"] != "a" and major == capability[0] and minor <= capability[1]):
             return True
-        if match[4] and arch <= capability:
+        if match["ptx"] and arch <= capability:
             return True
     return False
 

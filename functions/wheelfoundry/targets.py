@@ -11,7 +11,7 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
 from wheelfoundry.resolve import Resolved
 
-_ARCH = re.compile(r"^(?P<base>\d{1,2}\.\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
+ARCH = re.compile(r"^(?P<base>\d{1,2}\.\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$")
 
 
 def target_id(target: Mapping[str, Any]) -> str:
@@ -33,7 +33,7 @@ def split_arch_list(arch_list: str) -> list[str]:
 def check_arch_list(where: str, arch_list: str, toolkit: CudaToolkit) -> list[Issue]:
     issues = []
     for arch in split_arch_list(arch_list):
-        match = _ARCH.match(arch)
+        match = ARCH.match(arch)
         if match is None:
             issues.append(Issue(where, f"{arch!r} is not a compute capability", arch, toolkit.archs))
             continue
