@@ -63,8 +63,8 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
     """x86_64: the toolkit's list; aarch64: the list upstream used there (the newest cell's release)."""
     if platform != "aarch64":
         return catalog.cuda[cuda].default_arch_list
-    newest = max(cells, key=lambda c: Version(c.torch_version))
-    release = catalog.release(f"{Version(newest.torch_version).major}.{Version(newest.torch_version).minor}")
+    newest = max(Version(c.torch_version) for c in cells)
+    release = catalog.release(f"{newest.major}.{newest.minor}")
     return catalog.toolkit_for(release, cuda, platform).default_arch_list
 
 
@@ -75,11 +75,11 @@ def plan_extension(
     notes: list[str] = []
     name = normalize(request.name)
     source = request.source
+    scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
     for cuda_spec in request.cuda:
         cuda = None if cuda_spec == "cpu" else cuda_spec
         accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
-            scope = buildenv.extension_cache_scope(request.source)
             cells = cells_for(request, catalog, cuda, platform)
             if not cells:
                 continue
