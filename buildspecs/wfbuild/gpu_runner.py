@@ -31,9 +31,9 @@ from packaging.utils import parse_wheel_filename
 
 from wfbuild import callback, envs, safety, wheelfile
 from wfbuild.execute import BuildLog
+from wfbuild.stages import CELL_TOOLS
 
 WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,200}\.whl")
-TOOLS = ("setuptools", "wheel", "ninja")  # as the build's cell environments: the same cached env
 SEVERITY = ("failed", "no-device", "not-testable", "passed")
 
 
@@ -99,7 +99,7 @@ class GpuHost:
         if group["torch"]:
             index = (job.get("extension") or {}).get("torch_index_url")
             return envs.create(
-                dest, group["python"], TOOLS, torch=f"torch=={group['torch']}", index=index, cache_dir=cache_dir
+                dest, group["python"], CELL_TOOLS, torch=f"torch=={group['torch']}", index=index, cache_dir=cache_dir
             )
         torch = next((w for w in group["wheels"] if wheelfile.info(w).project == "torch"), None)
         requirements = None

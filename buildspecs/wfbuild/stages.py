@@ -36,6 +36,10 @@ class Stage:
     group: str | None = None  # an extension cell: its stages run in order, groups side by side
 
 
+# What a cell's build environment holds besides torch (wfbuild.gpu_runner asks for the same cached env).
+CELL_TOOLS = ("setuptools", "wheel", "ninja")
+
+
 def cp(python: str) -> str:
     return "cp" + safety.check(safety.PYTHON, python, "python").replace(".", "")
 
@@ -244,7 +248,7 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     for cell in ext["cells"]:
         python, key, cid = cell["python"], cell_key(cell), safety.check(safety.CELL, cell["id"], "extension.cells.id")
         torch = f"torch=={key.removeprefix('torch')}"
-        tools = ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
+        tools = [arg for tool in CELL_TOOLS for arg in ("--pip", tool)]
         if job.get("cuda"):
             tools += ["--expect-cuda", safety.check(safety.CUDA, job["cuda"], "cuda")]
         env_dir = _cell_env(p, cell)
