@@ -145,7 +145,6 @@ PIN_TOOL = _pin_tool()
         ("ACL_VERSION", "v24.04", "aarch64"),
         ("OPENBLAS_VERSION", "v0.3.19", "aarch64"),
         ("OPENMPI_VERSION", "5.0.7", "x86_64"),
-        ("SCCACHE_VERSION", "v0.10.0", "aarch64"),
     ],
 )
 def test_published_archive_names_are_the_ones_the_install_scripts_check(arg: str, value: str, arch: str) -> None:

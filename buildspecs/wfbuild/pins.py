@@ -22,7 +22,6 @@ ARCHIVES: dict[str, str] = {
     "ACL_VERSION": "ComputeLibrary-{bare}.tar.gz",  # install_acl.sh
     "OPENBLAS_VERSION": "OpenBLAS-{bare}.tar.gz",  # install_openblas.sh
     "OPENMPI_VERSION": "openmpi-{value}.tar.bz2",  # install_openmpi.sh
-    "SCCACHE_VERSION": "sccache-{value}-{arch}-unknown-linux-musl.tar.gz",  # install_sccache.sh
 }
 
 

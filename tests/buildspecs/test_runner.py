@@ -9,6 +9,7 @@ import io
 import json
 import os
 import socket
+import subprocess
 import sys
 import tarfile
 import threading
@@ -374,4 +375,52 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert token not in env_file
     # No job role in this job.json: the build gets no AWS identity at all (fail closed), none of the host's.
     assert "AWS_SHARED_CREDENTIALS_FILE=/dev/null\n" in env_file and "AWS_ACCESS_KEY_ID" not in env_file
+    assert aws.finished(execution)["status"] == "FAILED"
+
+
+def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_their_stats(
+    aws: Aws, cache_dir: Path, tmp_path: Path
+) -> None:
+    """A job that wants the stack's cache: in the image, each compile stage (and only those) runs under
+    ``python3 -m wfbuild.compiler_cache`` (its own server: the container's), whose stats the runner adds up."""
+    from wfbuild import compiler_cache
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "docker").write_text(
+        f'#!/usr/bin/env bash\nexec "{sys.executable}" "{Path(__file__).parent / "fake_docker.py"}" "$@"\n'
+    )
+    (fake / "docker").chmod(0o755)
+    sccache = compiler_cache.install(BUNDLE, cache_dir, lambda argv: subprocess.run(argv, check=False).returncode)
+    assert sccache is not None  # the image's /usr/local/bin/sccache, from the same lock
+    key = "sources/broken-ext.tar.gz"
+    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=broken_source(tmp_path))
+    job = plan_extension_job("broken-ext", f"s3://{aws.bucket}/{key}", keep_on_failure=True)
+    job["env"] |= {"SCCACHE_BUCKET": aws.bucket, "CMAKE_C_COMPILER_LAUNCHER": "sccache"}
+    prefix = f"runs/run-1/jobs/{job['id']}/"
+    job["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "region": aws.region}
+    aws.s3.put_object(Bucket=aws.bucket, Key=f"{prefix}job.json", Body=json.dumps(job).encode())
+    execution, token = aws.task_token()
+    log = tmp_path / "docker.log"
+    path = os.pathsep.join([str(fake), str(sccache.parent), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = runner_env(aws, f"{prefix}job.json", token, tmp_path / "work", cache_dir, WF_CONTAINER="docker", PATH=path)
+    env["FAKE_DOCKER_LOG"] = str(log)
+    assert runner.run(env, clients(aws, [])) == 1  # broken-ext does not compile
+    runs = [c for c in (json.loads(line) for line in log.read_text().splitlines()) if c[0] == "run"]
+    commands = [c[c.index("-w") + 3 :] for c in runs]
+    build = "build-torch2.13.0-cp311-cpu-x86_64"
+    assert commands[1] == [
+        "python3", "-m", "wfbuild.compiler_cache", "--stats", f"/work/meta/sccache/{build}.json", "--wrap", "--",
+        "bash", "/bundle/stages/build-library.sh",
+    ]  # fmt: skip
+    assert commands[0][:3] == ["python3", "-m", "wfbuild.envs"] and commands[2][:3] == [
+        "python3",
+        "-m",
+        "wfbuild.manifest",
+    ]
+    manifest = json.loads(aws.s3.get_object(Bucket=aws.bucket, Key=f"{prefix}manifest.json")["Body"].read())
+    stats = manifest["compiler_cache"]
+    assert stats == compiler_cache.read_stats(tmp_path / "work" / "meta" / "sccache" / f"{build}.json", pytest.fail)
+    assert stats["status"] in ("used", "unavailable")  # no job role here: the server may find no credentials
+    assert compiler_cache.describe(stats) in (tmp_path / "work" / "build.log").read_text()
     assert aws.finished(execution)["status"] == "FAILED"

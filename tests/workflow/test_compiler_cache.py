@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tests.workflow.conftest import extension_request, run, s3_json, s3_keys, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.status import render_status, run_status
 
 JOB = "wf-tiny-ext-cpu-x86_64"
 
@@ -43,6 +45,17 @@ def test_a_second_identical_build_hits_the_cache_the_first_filled(
         f"compiler cache: {second['compile_requests']} requests, {second['hits']} hits, 0 misses"
         in log["Body"].read().decode()
     )
+    # `wheelfoundry status` shows each job's hits: the first run all misses, the second all hits
+    farm = Farm(stack.name, endpoint_url=aws.endpoint, region=aws.region)
+    for run_id, cell in (
+        (first["run_id"], f"0/{first['misses']} (0%)"),
+        (second["run_id"], f"{second['hits']}/{second['hits']} (100%)"),
+    ):
+        shown = render_status(run_status(farm, str(run_id)))
+        header, row = [line for line in shown.splitlines() if line.startswith(("JOB", JOB))]
+        assert (
+            row.split()[header.split().index("CACHE")] + " " + row.split()[header.split().index("CACHE") + 1] == cell
+        ), shown
 
 
 def test_an_unreachable_cache_builds_anyway_and_says_so(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:

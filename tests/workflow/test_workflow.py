@@ -82,7 +82,7 @@ def test_an_image_the_bundle_cannot_build_is_refused_before_any_instance_exists(
     # The shipped BuildBundle publishes what the bundle pins, the CUDA toolkit locks included.
     pointer = s3_json(aws, stack, "bundles/current.json")
     assert "quay.io/pypa/manylinux_2_28_x86_64" in pointer["pins"]["bases"]
-    assert "sccache-v0.10.0-x86_64-unknown-linux-musl.tar.gz" in pointer["pins"]["archives"]
+    assert "openmpi-5.0.7.tar.bz2" in pointer["pins"]["archives"]
     assert pointer["pins"]["cuda"]["13.0-x86_64"]["compiler"]
     with_image_check(aws, stack)
     # A deployment whose bundle lacks the CUDA 13.0 lock (an older bundle, or one an operator trimmed).

