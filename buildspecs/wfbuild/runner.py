@@ -98,8 +98,6 @@ class Job:
             for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
                 if self.environ.get(name):
                     base[name] = self.environ[name]
-            if self.environ.get("WF_CACHE_DIR"):
-                base["WF_CACHE_DIR"] = "/cache"
             base |= self._session_env("/work/meta/aws/credentials", {})
             return {**base, **layered}
         env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
@@ -214,10 +212,16 @@ class Job:
         status = self._run_one(stage_host, stage_in, image, extra or {})
         return fatal_failed or (status != "succeeded" and stage_host.fatal)
 
+    def limits(self) -> container.Limits:
+        """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
+        reserve = float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
+        memory = max(1.0, memory_gib() - reserve)
+        return container.Limits(memory_mib=int(memory * 1024), cpus=_cores())
+
     def cell_slots(self, cells: int) -> tuple[int, int]:
         """(cells at once, MAX_JOBS of each): this host's cores and memory split so nothing swaps."""
         env = self.job.get("env", {})
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = _cores()
         per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
         reserve = float(env.get("WF_RESERVE_GIB") or 4.0)
         by_memory = max(1, int((memory_gib() - reserve) // per_job))
@@ -249,10 +253,18 @@ class Job:
         if in_container:
             name = f"wf-{os.getpid()}-{next(self._names)}"
             env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
-            cache = Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else None
             endpoint = self.environ.get("AWS_ENDPOINT_URL", "")
-            inner = self._cached(stage)
-            argv = container.run_argv(image, name, env_file, self.work, self.bundle, inner, cache, endpoint)
+            argv = container.run_argv(
+                image,
+                name,
+                env_file,
+                self.work,
+                self.bundle,
+                self._cached(stage),
+                endpoint,
+                stage.offline,
+                self.limits(),
+            )
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
 
             def hook() -> None:
@@ -365,6 +377,10 @@ class Job:
         if self.token:
             self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
         return 1
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def memory_gib() -> float:

@@ -34,6 +34,7 @@ class Stage:
     always: bool = False  # runs even after a fatal failure (the manifest)
     needs: tuple[str, ...] = field(default=())  # skipped unless all of these succeeded
     group: str | None = None  # an extension cell: its stages run in order, groups side by side
+    offline: bool = False  # needs no network (in a container: --network none)
 
 
 # What a cell's build environment holds besides torch (wfbuild.gpu_runner asks for the same cached env).
@@ -159,6 +160,7 @@ def _post(
         fatal,
         needs=(built,),
         group=group,
+        offline=True,
     )
     smoke_stage = Stage(
         f"smoke-{suffix}",
@@ -169,6 +171,7 @@ def _post(
         fatal,
         needs=(repair_stage.name, *needs),
         group=group,
+        offline=True,
     )
     return [repair_stage, smoke_stage]
 
@@ -280,5 +283,5 @@ def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: s
     else:
         raise safety.UnsafeValue(f"unknown job kind {job['kind']!r}")
     manifest = _tool("manifest", "--work-dir", p.work, "--out", f"{p.work}/manifest.json")
-    stages.append(Stage("manifest", manifest, {}, always=True, fatal=False))
+    stages.append(Stage("manifest", manifest, {}, always=True, fatal=False, offline=True))
     return stages

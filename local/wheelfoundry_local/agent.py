@@ -175,7 +175,9 @@ class SsmAgent:
         env.update({f"SSM_{name}": value for name, value in params.items()})
         env.update(
             {
-                "WF_CONTAINER": "none",
+                # Stages on this host; WF_LOCAL_CONTAINER=docker runs them in the Docker test bed's
+                # builder image instead (tools/docker_testbed.py, tests/container/).
+                "WF_CONTAINER": env.get("WF_LOCAL_CONTAINER") or "none",
                 # One machine without a GPU plays every instance, the GPU test's too (wfbuild.gpu_runner).
                 "WF_GPU_HOST": "emulated",
                 # The Build document puts job work under ${WF_WORK_ROOT:-/var/lib/wheelfoundry}.
@@ -187,6 +189,8 @@ class SsmAgent:
                 "TMPDIR": str(root / "tmp"),
             }
         )
+        if env["WF_CONTAINER"] == "docker":  # the document's `systemctl start docker`: the test bed's engine
+            env["PATH"] = f"{Path(__file__).parent / 'instance_bin'}{os.pathsep}{env['PATH']}"
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         out_all: list[str] = []
         err_all: list[str] = []

@@ -250,10 +250,17 @@ def test_container_stage_env_and_run_argv(tmp_path: Path) -> None:
     # On an instance: bridged (IMDS out of reach at hop limit 1), no privilege gain; host network only
     # for a loopback emulator.
     assert "--network" not in argv and argv[argv.index("--security-opt") + 1] == "no-new-privileges"
-    local = container.run_argv(
-        "img:tag", "wf-1", env_file, tmp_path / "w", BUNDLE, stage.argv, None, "http://127.0.0.1:5"
-    )
+    assert argv[argv.index("--cap-drop") + 1] == "ALL" and "--memory" in argv and "--pids-limit" in argv
+    local = container.run_argv("img:tag", "wf-1", env_file, tmp_path / "w", BUNDLE, stage.argv, "http://127.0.0.1:5")
     assert local[local.index("--network") + 1] == "host"
+    # A stage that needs no network gets none, on an instance and locally alike.
+    for endpoint in ("", "http://127.0.0.1:5"):
+        offline = container.run_argv("i", "n", env_file, tmp_path / "w", BUNDLE, ["true"], endpoint, offline=True)
+        assert offline[offline.index("--network") + 1] == "none"
+    # The Build document unpacks the bundle inside the work tree: it is mounted read-only there too.
+    work = tmp_path / "job"
+    inside = container.run_argv("i", "n", env_file, work, work / "bundle", ["true"])
+    assert f"{work / 'bundle'}:/work/bundle:ro" in inside and f"{work}:/work" in inside
     # The build's AWS identity is the job session's file; nothing of the host's reaches the env file.
     assert env["AWS_SHARED_CREDENTIALS_FILE"] == os.devnull and env["AWS_EC2_METADATA_DISABLED"] == "true"
     with pytest.raises(ValueError):
