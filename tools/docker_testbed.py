@@ -14,7 +14,8 @@ Images, each tagged with a hash of everything it is made from (a changed pin is 
 ``wf-testbed/rootfs`` (mmdebstrap of tools/testbed/debian-packages.txt, ``docker import``),
 ``wf-testbed/base`` (tools/testbed/base.Dockerfile: manylinux's interpreter layout and a hash-locked
 offline wheelhouse) and ``wf-testbed/builder`` (tools/testbed/builder.Dockerfile: the production
-install scripts, built with buildspecs/images as context).
+install scripts, built with buildspecs/images as context) and ``wf-testbed/runtime`` (the base without
+compilers, for the runtime images, as python:3.12-slim has none).
 """
 
 from __future__ import annotations
@@ -259,9 +260,25 @@ def build_builder() -> str:
     return tag
 
 
+def runtime_tag() -> str:
+    return f"wf-testbed/runtime:{_digest(base_tag().encode(), (TESTBED / 'runtime.Dockerfile').read_bytes())}"
+
+
+def build_runtime() -> str:
+    """The runtime images' base: the test base without compilers (tools/testbed/runtime.Dockerfile)."""
+    tag = runtime_tag()
+    if _exists(tag):
+        return tag
+    base = build_base()
+    argv = ["build", "--quiet", "--network", "none", "-f", str(TESTBED / "runtime.Dockerfile")]
+    docker(*argv, "--build-arg", f"BASE_IMAGE={base}", "-t", tag, str(TESTBED))
+    return tag
+
+
 def images() -> int:
     started = time.monotonic()
-    for name, build in (("rootfs", build_rootfs), ("base", build_base), ("builder", build_builder)):
+    steps = (("rootfs", build_rootfs), ("base", build_base), ("builder", build_builder), ("runtime", build_runtime))
+    for name, build in steps:
         print(f"{name:8} {build()}", flush=True)
     print(f"images ready in {time.monotonic() - started:.1f}s")
     return 0

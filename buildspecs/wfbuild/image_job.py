@@ -4,7 +4,9 @@ Environment: ``WF_BUCKET``, ``WF_IMAGE_KEY`` (``runs/<run>/images/<id>/image.jso
 Validate), ``WF_WORK_DIR``, ``WF_CONTAINER`` (``docker``: build, test and push with Docker, as on a
 privileged CodeBuild project; ``none``: host mode, the "image" is a venv made by the same install
 script, and the push is emulated with ECR PutImage of a manifest whose annotations are the image's
-labels), ``AWS_REGION``, ``WF_TOKEN_KEY`` (the BuildImage state's task token in S3). Writes
+labels), ``AWS_REGION``, ``WF_TOKEN_KEY`` (the BuildImage state's task token in S3). The embedded
+AWS's Docker test bed adds ``WF_RUNTIME_BASE_IMAGE`` (a local base instead of the recipe's pinned one)
+and ``WF_ECR_PUSH=manifest`` (moto's ECR takes no layers: PutImage of the built image's manifest). Writes
 ``runs/<run>/images/<id>/result.json``, calls the state machine back, and exits 0 (pushed) or 1.
 """
 
@@ -90,6 +92,44 @@ def emulated_push(ecr: Any, repository: str, tag: str, labels: Mapping[str, str]
     return str(found["imageId"]["imageDigest"])
 
 
+def manifest_push(ecr: Any, repository: str, tag: str, ref: str, environ: Mapping[str, str]) -> str:
+    """Push what a registry without blob upload can take (moto's ECR: no layer-upload API): ECR PutImage
+    of the built image's own manifest facts (its config digest, its layers' digests, its labels);
+    the blobs stay on this host, and the manifest says so."""
+    proc = subprocess.run(["docker", "image", "inspect", ref], env=dict(environ), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise runtime_image.ImageJobFailed(f"docker image inspect {ref} failed: {proc.stderr.strip()[-500:]}")
+    (found,) = json.loads(proc.stdout)
+    layer = "application/vnd.oci.image.layer.v1.tar"  # diff ids: the uncompressed layers' digests
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": found["Id"], "size": 0},
+        "layers": [{"mediaType": layer, "digest": d, "size": 0} for d in found["RootFS"]["Layers"]],
+        "annotations": {**(found["Config"].get("Labels") or {}), "dev.wheelfoundry.push": "manifest only (no blobs)"},
+    }
+    ecr.put_image(
+        repositoryName=repository, imageManifest=json.dumps(manifest), imageManifestMediaType=MANIFEST_TYPE,
+        imageTag=tag,
+    )  # fmt: skip
+    pushed = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"][0]
+    return str(pushed["imageId"]["imageDigest"])
+
+
+def provisioned_base(environ: Mapping[str, str], log: BuildLog) -> tuple[str, str] | None:
+    """WF_RUNTIME_BASE_IMAGE: a base already on this host (the Docker test bed's), used instead of the
+    recipe's pinned one: (the image, its local id), said in the log."""
+    base = environ.get("WF_RUNTIME_BASE_IMAGE", "")
+    if not base:
+        return None
+    argv = ["docker", "image", "inspect", "--format", "{{.Id}}", base]
+    proc = subprocess.run(argv, env=dict(environ), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise runtime_image.ImageJobFailed(f"WF_RUNTIME_BASE_IMAGE={base} is not an image on this host")
+    log.note(f"runtime base {base} (WF_RUNTIME_BASE_IMAGE; not the recipe's pinned base)")
+    return base, proc.stdout.strip()
+
+
 def run(environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) -> dict[str, Any]:
     region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     clients = clients or {}
@@ -111,28 +151,37 @@ def run(environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) ->
         upstream = lock_upstream(image, locked, context, work, environ)
         locked_all = locked + upstream
         (context / "requirements.txt").write_text(runtime_image.lock_text(locked_all), encoding="utf-8")
+        log = BuildLog(work / "image.log")
+        provisioned = None if host else provisioned_base(environ, log)
         try:
-            digest = base_digest(image, bundle)
+            digest = provisioned[1] if provisioned else base_digest(image, bundle)
         except LookupError:  # bump_base_images.Unpinned
             if not host:
                 raise
             digest = ""  # host mode pulls no base image; the label says none was pinned
         args = runtime_image.build_args(image, run_info["id"], locked_all, digest)
+        if provisioned:
+            args["BASE_IMAGE"] = provisioned[0]
         modules = runtime_image.modules_of(locked, context)
         repository = run_info["runtime_repository"]
         result |= {"wheels": [{"filename": i.filename, "sha256": i.sha256} for i in locked], "base_digest": digest}
         result["upstream"] = [{"filename": i.filename, "sha256": i.sha256} for i in upstream]
         if not host:
             ref = f"{repository}:{image['tag']}"
-            log = BuildLog(work / "image.log")
-            container.ecr_login(repository.split("/", 1)[0], region, log, environ)
+            blobs = environ.get("WF_ECR_PUSH", "docker") == "docker"  # manifest: the registry takes no blobs
+            if blobs:
+                container.ecr_login(repository.split("/", 1)[0], region, log, environ)
             gpu = environ.get("WF_GPU") == "1"
-            for argv in runtime_image.docker_commands(image, context, ref, args, modules, gpu):
+            commands = runtime_image.docker_commands(image, context, ref, args, modules, gpu)
+            for argv in commands if blobs else commands[:-1]:
                 proc = subprocess.run(argv, env=dict(environ), capture_output=True, text=True, check=False)
                 log.note(f"{argv[:2]}: exit {proc.returncode}\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
                 if proc.returncode != 0:
                     raise runtime_image.ImageJobFailed(f"{' '.join(argv[:2])} failed: {proc.stderr[-2000:]}")
             result |= {"uri": ref, "tests": "ran in the image before the push"}
+            if not blobs:
+                result["digest"] = manifest_push(ecr, repository.split("/", 1)[-1], image["tag"], ref, environ)
+                result["pushed"] = "manifest of the built image (ECR PutImage; this registry takes no blobs)"
         else:
             result["tests"] = runtime_image.host_image(image, context, modules)
             name = repository.split("/", 1)[-1]

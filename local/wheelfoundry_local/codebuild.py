@@ -242,7 +242,14 @@ class LocalCodeBuild:
         }
         env |= host
         env |= {v["name"]: v["value"] for v in build.variables}  # the project's, then StartBuild's, win
-        env["WF_CONTAINER"] = "none"  # over the project's docker: this host has no Docker for the stages
+        # Over the project's docker: stages and images on this host, unless the Docker test bed is up
+        # (WF_LOCAL_CONTAINER=docker, tests/container/): then in its images, pushing manifests only.
+        env["WF_CONTAINER"] = os.environ.get("WF_LOCAL_CONTAINER") or "none"
+        if env["WF_CONTAINER"] == "docker":
+            env["WF_ECR_PUSH"] = "manifest"  # moto's ECR has no layer upload
+            for name in ("WF_BUILDER_IMAGE", "WF_RUNTIME_BASE_IMAGE"):
+                if os.environ.get(name):
+                    env[name] = os.environ[name]
         env |= {
             "CODEBUILD_BUILD_ID": build.id,
             "CODEBUILD_BUILD_ARN": build.arn,

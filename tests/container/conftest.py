@@ -64,3 +64,11 @@ def container_mode(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleType, 
     monkeypatch.setenv("WF_BUILDER_IMAGE", builder_image)
     monkeypatch.setenv("DOCKER_HOST", docker_testbed.docker_host())
     return builder_image
+
+
+@pytest.fixture
+def runtime_base(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleType, container_mode: str) -> str:
+    """The runtime image jobs build FROM the test bed's runtime base (standing in for python:3.12-slim)."""
+    base = str(docker_testbed.build_runtime())
+    monkeypatch.setenv("WF_RUNTIME_BASE_IMAGE", base)
+    return base

@@ -87,6 +87,7 @@ result = {
     "work dir": work,
     "memory limit": read_first("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
     "capabilities": [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0],
+    "bundle scripts executable": os.access("/bundle/images/scripts/fetch_verified.sh", os.X_OK),
 }
 print("hostile build observed:", json.dumps(result, sort_keys=True))
 # pip keeps setup.py's output out of the log: the findings travel in the wheel, as a module.
@@ -173,6 +174,8 @@ def test_an_extension_job_builds_in_docker_and_its_hostile_build_is_contained(
     assert observed["memory limit"] not in (None, "max", "9223372036854771712")
     assert int(observed["capabilities"], 16) == 0
     assert (other_job / "secret.txt").read_text() == "the victim's source"
+    # The Build document unpacked the bundle with its modes: the image scripts a `docker build` runs are +x.
+    assert observed["bundle scripts executable"] is True
 
 
 def test_container_builds_compile_through_the_images_sccache_and_a_rebuild_hits(

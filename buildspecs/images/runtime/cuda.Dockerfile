@@ -34,7 +34,7 @@ FROM base AS install
 COPY install_wheels.sh /opt/wf/install_wheels.sh
 COPY requirements.txt /opt/wf/requirements.txt
 COPY wheels/ /opt/wf/wheels/
-RUN WF_FIND_LINKS=/opt/wf/wheels WF_PYTHON=/usr/local/bin/python3 /opt/wf/install_wheels.sh /opt/wf/requirements.txt /opt/venv
+RUN WF_FIND_LINKS=/opt/wf/wheels WF_PYTHON=/usr/local/bin/python3 bash /opt/wf/install_wheels.sh /opt/wf/requirements.txt /opt/venv
 
 FROM base AS runtime
 ARG BASE_IMAGE

@@ -13,9 +13,12 @@ ARG WF_UID=1000
 ARG WF_GID=1000
 ARG WF_USER=wf
 ARG WF_TZ=UTC
-# tzdata for /etc/localtime; its version follows the base image's Debian release, which the digest pins.
+# tzdata for /etc/localtime (a base that has it, as the Docker test bed's, needs no network here); its
+# version follows the base image's Debian release, which the digest pins.
 # hadolint ignore=DL3008
-RUN apt-get update && apt-get install -y --no-install-recommends tzdata && rm -rf /var/lib/apt/lists/* \
+RUN if [ ! -e /usr/share/zoneinfo/UTC ]; then \
+        apt-get update && apt-get install -y --no-install-recommends tzdata && rm -rf /var/lib/apt/lists/*; \
+    fi \
     && ln -snf "/usr/share/zoneinfo/${WF_TZ}" /etc/localtime && echo "${WF_TZ}" > /etc/timezone \
     && (getent group "${WF_GID}" || groupadd --gid "${WF_GID}" "${WF_USER}") \
     && useradd --uid "${WF_UID}" --gid "${WF_GID}" --create-home --shell /bin/bash "${WF_USER}"
@@ -24,7 +27,7 @@ FROM base AS install
 COPY install_wheels.sh /opt/wf/install_wheels.sh
 COPY requirements.txt /opt/wf/requirements.txt
 COPY wheels/ /opt/wf/wheels/
-RUN WF_FIND_LINKS=/opt/wf/wheels /opt/wf/install_wheels.sh /opt/wf/requirements.txt /opt/venv
+RUN WF_FIND_LINKS=/opt/wf/wheels bash /opt/wf/install_wheels.sh /opt/wf/requirements.txt /opt/venv
 
 FROM base AS runtime
 ARG BASE_IMAGE
