@@ -92,13 +92,15 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     assert build_jobs["ToleratedFailurePercentage"] == 100
     assert build_jobs["Next"] == "MergeOrIndex"
     choice = asl()["States"]["MergeOrIndex"]
-    assert choice["Default"] == "PublishIndex" and choice["Choices"][0]["Next"] == "Merge"
-    assert asl()["States"]["Merge"]["Catch"][0]["Next"] == asl()["States"]["Merge"]["Next"] == "PublishIndex"
+    assert choice["Default"] == "Attest" and choice["Choices"][0]["Next"] == "Merge"
+    assert asl()["States"]["Merge"]["Catch"][0]["Next"] == asl()["States"]["Merge"]["Next"] == "Attest"
+    # signing provenance never keeps the index from being published (docs/provenance.md)
+    assert asl()["States"]["Attest"]["Catch"][0]["Next"] == asl()["States"]["Attest"]["Next"] == "PublishIndex"
     assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "ImagesOrReport"
     assert asl()["States"]["ImagesOrReport"]["Default"] == "Report"  # no image section: straight to Report
 
 
-@pytest.mark.parametrize("name", ["Validate", "PublishIndex", "Report"])
+@pytest.mark.parametrize("name", ["Validate", "Attest", "PublishIndex", "Report"])
 def test_top_level_tasks_exist(name: str) -> None:
     assert asl()["States"][name]["Type"] == "Task"
 

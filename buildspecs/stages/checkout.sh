@@ -4,7 +4,7 @@
 #   : "${WF_REPO:?}"          https:// (or file://) repository URL
 #   : "${WF_REF:?}"           tag, branch, HEAD or 40-hex commit
 #   : "${WF_DEST:?}"          checkout directory
-#   : "${WF_COMMIT_FILE:?}"   the checked-out commit SHA is written here
+#   : "${WF_COMMIT_FILE:?}"   the checked-out commit SHA is written here, its commit time to <file>.epoch
 set -euo pipefail
 : "${WF_REPO:?}"
 : "${WF_REF:?}"
@@ -28,4 +28,6 @@ git -C "$WF_DEST" -c advice.detachedHead=false checkout --quiet --force --detach
 git -C "$WF_DEST" submodule sync --quiet --recursive
 git -C "$WF_DEST" submodule update --quiet --init --recursive --depth 1 --jobs 8
 git -C "$WF_DEST" rev-parse HEAD >"$WF_COMMIT_FILE"
+# The build's SOURCE_DATE_EPOCH (wfbuild.reproducible): the commit's time, not the checkout's.
+git -C "$WF_DEST" log -1 --format=%ct HEAD >"$WF_COMMIT_FILE.epoch"
 wf_log "$WF_REPO $WF_REF -> $(cat "$WF_COMMIT_FILE")"

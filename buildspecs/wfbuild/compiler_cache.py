@@ -9,6 +9,8 @@ builds that call the compiler themselves (setuptools: CC/CXX; torch.utils.cpp_ex
 PYTORCH_NVCC). A cache that cannot be reached never fails a build: the server does not start, the stages
 compile directly and the log says so; an error mid-build falls back to a local compile
 (SCCACHE_IGNORE_SERVER_IO_ERROR). The stats (requests, hits and misses per language) go into the manifest.
+The reproducibility path maps (wfbuild.reproducible) name the job's folder; the wrapped compiler adds them
+itself (WF_PREFIX_MAPS), so they never reach sccache's cache key.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 VERSION = "0.16.0"
+MAP = "-ffile-prefix-map="
 
 
 def wanted(env: Mapping[str, str], bucket: str) -> bool:
@@ -123,6 +126,13 @@ class CompilerCache:
         for name in LAUNCHERS:
             out.pop(name, None)
         path = out.get("PATH", "")
+        # The path maps name this job's folder: as arguments they would give every folder its own cache
+        # keys. The compiler sccache runs adds them instead (a script of the same bytes in every job).
+        maps = [f for name in ("CFLAGS", "CXXFLAGS") for f in out.get(name, "").split() if f.startswith(MAP)]
+        for name in ("CFLAGS", "CXXFLAGS"):
+            if name in out:
+                out[name] = " ".join(f for f in out[name].split() if not f.startswith(MAP))
+        out["WF_PREFIX_MAPS"] = " ".join(dict.fromkeys(maps))
         out["PATH"] = os.pathsep.join([str(self.wrappers(path)), path])
         out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ours already wrap: torch's would wrap twice
         if out.get("CUDA_HOME"):
@@ -136,16 +146,19 @@ class CompilerCache:
     def wrappers(self, path: str) -> Path:
         folder = self.folder / "wrappers"
         folder.mkdir(parents=True, exist_ok=True)
+        mapped = self.folder / "mapped"
+        mapped.mkdir(parents=True, exist_ok=True)
         # Debian-built interpreters name the target-prefixed driver (sysconfig CC="x86_64-linux-gnu-gcc")
         triplet = f"{platform.machine()}-linux-gnu-"
         for name in ("cc", "c++", "gcc", "g++", triplet + "gcc", triplet + "g++"):
             real = shutil.which(name, path=path)
             if real is None or (folder / name).exists():
                 continue
-            staging = folder / f".{name}.{os.getpid()}"
-            staging.write_text(f'#!/bin/sh\nexec "{self.binary}" "{real}" "$@"\n', encoding="utf-8")
-            staging.chmod(0o755)
-            staging.replace(folder / name)  # whole or absent, for a concurrent reader
+            # WF_PREFIX_MAPS is ours (-ffile-prefix-map=<work>=. ...): split on spaces by intent. Kept out of
+            # the arguments sccache hashes (SCCACHE_BASEDIRS does not rewrite a path inside a flag), and
+            # the script's bytes are the same in every job: the same sources give the same key and object.
+            _atomic_script(mapped / name, f'#!/bin/sh\nexec "{real}" $WF_PREFIX_MAPS "$@"\n')
+            _atomic_script(folder / name, f'#!/bin/sh\nexec "{self.binary}" "{mapped / name}" "$@"\n')
         return folder
 
     def stop(self, env: Mapping[str, str]) -> dict[str, Any]:
@@ -200,6 +213,14 @@ def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
         "errors": sum(counts("cache_errors").values()),
         "not_cached": {k: int(v) for k, v in (stats.get("not_cached") or {}).items()},
     }
+
+
+def _atomic_script(path: Path, text: str) -> None:
+    """Whole or absent, for a concurrent reader (cells of one job share the wrappers' folder)."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.write_text(text, encoding="utf-8")
+    staging.chmod(0o755)
+    staging.replace(path)
 
 
 def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

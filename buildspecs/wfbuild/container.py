@@ -131,6 +131,14 @@ def ecr_login(registry: str, region: str | None, log: BuildLog, env: Mapping[str
     log.note(f"docker login {registry}: {'ok' if proc.returncode == 0 else proc.stderr.strip()}")
 
 
+def image_id(tag: str, env: Mapping[str, str]) -> str | None:
+    """The local image's content id (sha256 of its config): what the provenance names as the builder image."""
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag], env=dict(env), capture_output=True
+    )
+    return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
+
+
 def ensure_image(
     job: Mapping[str, Any], bundle: Path, runner: Runner, work: Path, region: str | None, env: Mapping[str, str]
 ) -> str:

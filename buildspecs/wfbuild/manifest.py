@@ -23,7 +23,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from wfbuild import wheelfile
+from wfbuild import reproducible, wheelfile
 from wfbuild.stages import cell_key
 
 SCHEMA = 1
@@ -176,6 +176,7 @@ def build_manifest(work: Path) -> dict[str, Any]:
         "stages": [{k: v for k, v in s.items() if k != "log_tail"} for s in stages],
         "failures": failures(stages),
         "missing_cells": missing_cells(job, built),
+        "reproducibility": reproducible.record(meta, (job["packages"] or [{}])[0].get("name"), job["kind"]),
     }
 
 

@@ -14,6 +14,7 @@
    wheels); missing ones are added. ``--rpath``: RPATH entries added to the wheel's own shared
    libraries (slim CUDA torch finds the nvidia-* libraries in site-packages through them).
 4. ``--expect-bundled``: fail unless the wheel contains a library of that name.
+5. The archive is rewritten deterministically (wfbuild.reproducible.normalize, SOURCE_DATE_EPOCH).
 
 ``WF_REPAIR_PLAT`` overrides ``--plat`` (host mode sets ``auto``: a host's glibc is newer than the
 builder image's, so the wheel gets the tag this host allows, e.g. manylinux_2_34).
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from wfbuild import wheelfile
+from wfbuild import reproducible, wheelfile
 
 
 class RepairError(RuntimeError):
@@ -200,6 +201,8 @@ def repair_one(wheel: Path, out_dir: Path, opts: Options) -> Path:
                 raise RepairError(
                     f"{current.name}: {library} is not bundled (searched {opts.lib_paths or 'default paths'})"
                 )
+        # auditwheel and `wheel pack` stamp SOURCE_DATE_EPOCH but keep the umask's modes; one rewrite fixes both.
+        reproducible.normalize(current, int(os.environ.get("SOURCE_DATE_EPOCH") or reproducible.ZIP_EPOCH))
         final = out_dir / current.name
         shutil.move(str(current), final)
     return final

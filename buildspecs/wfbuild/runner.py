@@ -29,7 +29,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, compiler_cache, container, credentials, manifest, toolkit
+from wfbuild import callback, compiler_cache, container, credentials, manifest, reproducible, toolkit
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -71,6 +71,7 @@ class Job:
         self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
         self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
         self.cache_stats: list[dict[str, Any]] = []  # container mode: each compile stage's server
+        self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
         self._names = itertools.count()
 
     def start_credentials(self) -> None:
@@ -92,6 +93,12 @@ class Job:
     def stage_env(self, stage: Stage, in_container: bool) -> dict[str, str]:
         pins = {p["name"]: p.get("env", {}) for p in self.job["packages"]}
         layered = {**self.job["env"], **(pins.get(stage.package or "", {})), **stage.env}
+        # The source's time, once it is checked out or fetched (wfbuild.reproducible): never the clock's.
+        layered |= reproducible.epoch_env(self.work / "meta", stage.package or self.job["packages"][0]["name"])
+        if not in_container and self.environ.get("WF_CACHE_DIR") and "CFLAGS" in stage.env:
+            # Host mode: the cached build environments (torch's headers) get the container's name for them.
+            cache = str(Path(self.environ["WF_CACHE_DIR"]).resolve())
+            layered |= reproducible.flags_env([(cache, "/cache")], layered)
         if in_container:
             base = {"HOME": "/work/home", "PIP_CACHE_DIR": "/work/cache/pip", "PYTHONPATH": "/bundle"}
             base |= {"WF_WORK_DIR": "/work", "WF_BUNDLE_DIR": "/bundle", "WF_JOB_ID": self.job["id"]}
@@ -146,6 +153,7 @@ class Job:
                 fatal_failed = True
             else:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
+                self.builder |= {"image": image, "digest": container.image_id(image, self.environ)}
         if self.mode == "none" and self.job["image"]["build_args"].get("CUDA_VERSION") and not fatal_failed:
             fatal_failed = not self._host_toolkit()
         if self.mode == "none" and not fatal_failed and compiler_cache.wanted(self.job["env"], self.bucket):
@@ -329,6 +337,7 @@ class Job:
             data = manifest.build_manifest(self.work)
         if self.runner.aborted:
             data["status"] = "failed"
+        data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
         if self.cache is not None:
             data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
             self.log.note(compiler_cache.describe(stats))

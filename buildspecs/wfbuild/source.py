@@ -6,7 +6,8 @@ Runs on the host (it needs the instance's AWS role). Archives may be .tar.gz/.tg
 member may leave the destination: absolute paths, '..', links pointing outside the tree, devices
 and FIFOs are refused before anything is written. An archive
 holding a single top-level directory (``name-1.0/...``, as sdists do) is unpacked one level up.
-The archive's sha256 and S3 ETag/VersionId go to ``meta/sources/<NAME>.json`` for the manifest.
+The archive's sha256, S3 ETag/VersionId and newest member mtime (the build's SOURCE_DATE_EPOCH) go to
+``meta/sources/<NAME>.json`` for the manifest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import boto3
 
+from wfbuild.reproducible import archive_epoch
 from wfbuild.safety import S3_URL, check
 
 
@@ -115,8 +117,10 @@ def fetch(url: str, dest: Path, meta: Path | None) -> Path:
         head = s3.head_object(Bucket=bucket, Key=key)
         s3.download_file(bucket, key, str(archive))
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        epoch = archive_epoch(archive)
         unpack(archive, dest)
     record = {"s3": url, "sha256": digest, "etag": head.get("ETag", "").strip('"'), "version_id": head.get("VersionId")}
+    record["source_date_epoch"] = epoch  # the build's SOURCE_DATE_EPOCH (wfbuild.reproducible)
     print(f"source: {url} -> {dest} (sha256 {digest})")
     if meta is not None:
         (meta / "sources").mkdir(parents=True, exist_ok=True)

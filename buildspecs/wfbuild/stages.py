@@ -18,7 +18,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from wfbuild import safety
+from wfbuild import reproducible, safety
 from wfbuild.libs import CUDA_LIBS, TORCH_LIBS, nvidia_rpaths
 
 
@@ -63,6 +63,13 @@ class _Paths:
 
     def script(self, name: str) -> list[str]:
         return ["bash", f"{self.bundle}/stages/{name}"]
+
+
+def _compile_env(p: _Paths, job: dict[str, Any], pin: dict[str, Any] | None) -> dict[str, str]:
+    """CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS: the job's and the package's own, then the work folder mapped to
+    ``.`` (wfbuild.reproducible), so no per-job folder reaches the binaries."""
+    base = {**job["env"], **((pin or {}).get("env") or {})}
+    return reproducible.flags_env([(p.work, ".")], base)
 
 
 def _tool(module: str, *args: str) -> list[str]:
@@ -205,6 +212,7 @@ def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
             "WF_OUT_DIR": p.raw("torch", python),
             "WF_PYTHON_VERSION": python,
             **_version_env(torch, job, "PYTORCH_BUILD_VERSION"),
+            **_compile_env(p, job, torch),
         }
         build = Stage(f"build-torch-{python}", p.script("build-torch.sh"), build_env, "torch", python)
         stages += [env_stage, build]
@@ -221,6 +229,7 @@ def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
                 "WF_PYTHON_VERSION": python,
                 "WF_TORCH_WHEEL_DIR": p.raw("torch", python),
                 **_version_env(pin, job, "BUILD_VERSION"),
+                **_compile_env(p, job, pin),
             }
             needs = (f"build-torch-{python}", f"checkout-{name}")
             stage = Stage(f"build-{name}-{python}", p.script("build-library.sh"), env, name, python, False, needs=needs)
@@ -260,6 +269,7 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
         env = {"WF_SRC_DIR": src, "WF_ENV_DIR": env_dir, "WF_OUT_DIR": f"{p.raw(name, python)}/{key}"}
         # Each cell builds from its own copy: setuptools writes build/ and *.egg-info into the tree.
         env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git", "WF_BUILD_COPY": f"{p.work}/cells/{cid}"}
+        env |= _compile_env(p, job, next((pin for pin in job["packages"] if pin["name"] == name), None))
         build = Stage(
             f"build-{cid}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,), group=cid
         )

@@ -162,6 +162,34 @@ def _index_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from wheelfoundry_user import verify
+
+    if not args.wheels and not args.channel:
+        raise UserError("verify: name a WHEEL (file or URL) or --channel C")
+    farm = None if args.public_key else _farm(args)
+    pem = Path(args.public_key).read_bytes() if args.public_key else verify.public_key_pem(farm)  # type: ignore[arg-type]
+    key = verify.load_key(pem)
+    items = [t for spec in args.wheels for t in verify.targets(spec, args.provenance)]
+    if args.channel:
+        items += verify.channel_targets(farm or _farm(args), args.channel)
+    verdicts = verify.verify_all(items, key, args.source, Path(args.request) if args.request else None)
+    data = [{"wheel": v.filename, "ok": v.ok, "reason": v.reason} for v in verdicts]
+    _emit(args, data, "\n".join(v.line() for v in verdicts))
+    return EXIT_OK if verdicts and all(v.ok for v in verdicts) else EXIT_FAILED
+
+
+def _public_key(args: argparse.Namespace) -> int:
+    from wheelfoundry_user import verify
+
+    pem = verify.public_key_pem(_farm(args))
+    Path(args.out).write_bytes(pem)
+    print(
+        f"{args.out}: the provenance public key of stack {args.stack} (`wheelfoundry verify --public-key {args.out}`)"
+    )
+    return EXIT_OK
+
+
 def _guard(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -219,6 +247,19 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     cancel.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the reaper")
     _common(cancel)
     cancel.set_defaults(func=_guard(_cancel))
+    verify = sub.add_parser("verify", help="check wheels against their signed provenance: signature, sha256, source")
+    verify.add_argument("wheels", nargs="*", metavar="WHEEL|URL", help="wheel files or URLs (provenance beside each)")
+    verify.add_argument("--channel", help="every wheel of this channel, from the stack's bucket")
+    verify.add_argument("--public-key", help="PEM file (`wheelfoundry public-key`): verify offline, without KMS")
+    verify.add_argument("--provenance", help="the envelope, when not beside the wheel as WHEEL.provenance.json")
+    verify.add_argument("--source", help="fail unless the statement's source has this URI, sha256 or commit")
+    verify.add_argument("--request", help="fail unless the statement's request equals this JSON file")
+    _common(verify)
+    verify.set_defaults(func=_guard(_verify))
+    public_key = sub.add_parser("public-key", help="save the stack's provenance public key (PEM) for offline verify")
+    public_key.add_argument("--out", default="wheelfoundry-provenance.pem")
+    _common(public_key, json_flag=False)
+    public_key.set_defaults(func=_guard(_public_key))
     listing = index_sub.add_parser("list", help="the index's channels, or a channel's wheels")
     listing.add_argument("channel", nargs="?")
     _common(listing)

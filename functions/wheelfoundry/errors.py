@@ -83,6 +83,10 @@ class ManifestInvalid(WheelFoundryError):
     """The manifest an instance wrote is missing, malformed or disagrees with the wheels."""
 
 
+class ProvenanceInvalid(WheelFoundryError):
+    """A published wheel whose bytes, manifest or provenance envelope do not match (nothing is signed)."""
+
+
 class JobsFailed(WheelFoundryError):
     """Raised by Report when one or more jobs failed; names each one and why."""
 

@@ -4,6 +4,11 @@ Layout: ``simple/<channel>/`` lists projects, ``simple/<channel>/<project>/`` li
 live under ``wheels/<channel>/<project>/``. Each page is stored twice, as ``.../index.html`` and
 under the key ending in ``/``, so both a static website and plain GETs of the directory URL work.
 Publishing rewrites pages from what is in the bucket: it is idempotent and deletes nothing.
+
+A wheel with a signed provenance envelope beside it (``<wheel>.provenance.json``, wheelfoundry.provenance)
+gets ``data-wf-provenance="<url>"``. Not PEP 740's ``data-provenance``: that URL must serve a PEP 740
+provenance object, whose attestations carry a Sigstore certificate and transparency-log entries; ours is
+a DSSE envelope signed by the stack's KMS key, which a PEP 740 client would (rightly) reject.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from wheelfoundry.provenance import SUFFIX as PROVENANCE_SUFFIX
+
 HTML_TYPE = "text/html; charset=utf-8"
 
 
@@ -25,6 +32,7 @@ class IndexFile:
     sha256: str
     requires_python: str | None
     metadata_sha256: str | None
+    provenance: bool = False
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -53,6 +61,9 @@ def render_project(channel: str, project: str, files: list[IndexFile]) -> str:
             # PEP 714 spells it data-core-metadata; older pip reads data-dist-info-metadata.
             attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
             attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+        if f.provenance:
+            where = f"../../../wheels/{quote(channel)}/{quote(project)}/{quote(f.filename + PROVENANCE_SUFFIX)}"
+            attrs.append(f'data-wf-provenance="{html.escape(where)}"')
         links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>")
     return _page(f"Links for {project}", links)
 
@@ -83,7 +94,10 @@ def scan(s3: Any, bucket: str, channel: str) -> dict[str, list[IndexFile]]:
         metadata_sha = None
         if f"{key}.metadata" in present:
             metadata_sha = s3.head_object(Bucket=bucket, Key=f"{key}.metadata").get("Metadata", {}).get("sha256")
-        projects[project].append(IndexFile(filename, meta.get("sha256", ""), meta.get("requires-python"), metadata_sha))
+        signed = f"{key}{PROVENANCE_SUFFIX}" in present
+        projects[project].append(
+            IndexFile(filename, meta.get("sha256", ""), meta.get("requires-python"), metadata_sha, signed)
+        )
     return projects
 
 

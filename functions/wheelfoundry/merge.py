@@ -82,7 +82,8 @@ def _read(build: Build) -> tuple[str, tuple[str, str, str], dict[str, tuple[byte
     with zipfile.ZipFile(build.wheel) as zf:
         for info in zf.infolist():
             if not info.is_dir():
-                files[info.filename] = (zf.read(info), (info.external_attr >> 16) & 0o777 or 0o644)
+                # 0755 or 0644, never the umask of whoever packed the cell: the merged bytes depend on content alone
+                files[info.filename] = (zf.read(info), 0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
     tag = next(iter(tags))
     return str(name), (version.public, tag.interpreter, tag.abi), files
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
 import hashlib
 import io
 import json
@@ -34,18 +35,29 @@ from .session import EmbeddedAws, ExecutionResult
 
 SKIP = re.compile(r"(^|/)(__pycache__|build|dist|\.pytest_cache|[^/]*\.egg-info)(/|$)|\.(so|pyc)$")
 Print = Callable[[str], None]
+PROVENANCE = ".provenance.json"  # wheelfoundry.provenance.SUFFIX: the signed statement beside each wheel
+ZIP_EPOCH = 315532800  # 1980-01-01: no wheel entry can be older (wfbuild.reproducible clamps to it too)
 
 
 def pack_source(folder: Path, name: str) -> bytes:
-    """A reproducible tar.gz of a source tree, without build leftovers."""
+    """A reproducible tar.gz of a source tree, without build leftovers.
+
+    Every member carries the folder's newest file mtime: the build's SOURCE_DATE_EPOCH is the
+    archive's newest member (wfbuild.reproducible), so the same files give the same wheel bytes
+    wherever they are, and a changed file gives a later time."""
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file() and not SKIP.search(p.relative_to(folder).as_posix())]
+    newest = max([ZIP_EPOCH, *(int(p.stat().st_mtime) for p in files)])
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    # mtime=0 in the gzip header: the archive's own bytes depend on the files alone
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for path in files:
             relative = path.relative_to(folder).as_posix()
-            if SKIP.search(relative):
-                continue
             info = tar.gettarinfo(str(path), arcname=f"{name}/{relative}")
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mtime, info.uid, info.gid, info.uname, info.gname = newest, 0, 0, "", ""
+            info.mode = 0o755 if info.mode & 0o111 else 0o644
             with path.open("rb") as handle:
                 tar.addfile(info, handle)
     return buffer.getvalue()
@@ -170,7 +182,25 @@ def copy_published(base: str, channel: str, project: str, dist: Path, out: Print
             raise ValueError(f"{wheel.filename}: sha256 differs from the index")
         (dist / wheel.filename).write_bytes(data)
         out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
+        try:  # the signed provenance beside it (`wheelfoundry verify`)
+            envelope = urllib.request.urlopen(wheel.url.split("#", 1)[0] + PROVENANCE).read()  # noqa: S310
+        except OSError:
+            out(f"  {wheel.filename}: no signed provenance")
+            continue
+        (dist / (wheel.filename + PROVENANCE)).write_bytes(envelope)
     return wheels
+
+
+def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> Path:
+    """The stack's provenance key as PEM beside the wheels: verify them after the emulator is gone."""
+    from cryptography.hazmat.primitives import serialization
+
+    der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
+    pem = serialization.load_der_public_key(der).public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (dist / "wheelfoundry-provenance.pem").write_bytes(pem)
+    return dist / "wheelfoundry-provenance.pem"
 
 
 def run_demo(
@@ -213,6 +243,8 @@ def run_demo(
         with serving(s3, bucket) as base:
             index = f"{base}/simple/{channel}/"
             copy_published(base, channel, project, dist, out)
+            key = save_public_key(aws, stack, dist)
+            out(f"verify offline: wheelfoundry verify {dist}/*.whl --public-key {key}")
             out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
             if users is not None:
                 code = install_and_test(index, project, users.result(), source / "tests", out)

@@ -6,7 +6,8 @@ tests/test_iam_eval.py checks it against the examples of the IAM User Guide.
 
 Subset: Effect Allow/Deny; Action/NotAction and Resource/NotResource with * and ? wildcards (actions
 case-insensitive); policy variables ${key} (and ${*} ${?} ${$}) in Resource and condition values;
-condition operators StringEquals/StringNotEquals/StringLike/StringNotLike/ArnEquals/ArnLike/Bool
+condition operators StringEquals/StringNotEquals/StringLike/StringNotLike/ArnEquals/ArnLike/ArnNotEquals/
+ArnNotLike/Bool
 (each also ...IfExists), several values = OR, several keys and operators = AND. Evaluation within one
 account: an explicit Deny in any policy wins; otherwise the identity policies must allow, and when a
 session policy is given it must allow too (the effective permissions are the intersection).
@@ -84,7 +85,7 @@ def _condition(operator: str, key: str, expected: Any, context: Mapping[str, str
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")
     if key not in context:
-        return if_exists or base in ("StringNotEquals", "StringNotLike")
+        return if_exists or base in ("StringNotEquals", "StringNotLike", "ArnNotEquals", "ArnNotLike")
     actual = context[key]
     values = [substitute(str(v).lower() if isinstance(v, bool) else str(v), context) for v in _as_list(expected)]
     present = [v for v in values if v is not None]
@@ -94,7 +95,7 @@ def _condition(operator: str, key: str, expected: Any, context: Mapping[str, str
         return actual not in present
     if base in ("StringLike", "ArnLike"):
         return any(_literal_match(v, actual) for v in present)
-    if base == "StringNotLike":
+    if base in ("StringNotLike", "ArnNotEquals", "ArnNotLike"):
         return not any(_literal_match(v, actual) for v in present)
     if base == "Bool":
         return actual.lower() in [v.lower() for v in present]

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import boto3
 
-from . import cfn_models, cli_compat, public_layers, public_parameters
+from . import cfn_models, cli_compat, kms, public_layers, public_parameters
 from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
 from .codebuild import LocalCodeBuild
@@ -97,6 +97,7 @@ class EmbeddedAws:
             public_layers.install(self._patches)
             public_parameters.install(self._patches)
             cli_compat.install(self._patches)
+            kms.install(self._patches)
             self.events.install()
             self.agent = SsmAgent(
                 self.region,

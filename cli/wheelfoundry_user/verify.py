@@ -1,0 +1,161 @@
+"""`wheelfoundry verify` and `wheelfoundry public-key`: check a wheel against its signed provenance.
+
+A wheel passes when (1) one signature of its DSSE envelope verifies, with the stack's public key, over
+DSSE's pre-authentication encoding of the statement; (2) the wheel's own sha256 is the statement's
+subject, under the wheel's file name; (3) what the user expects (``--source``, ``--request``) is
+what the statement says was built. The public key comes from KMS GetPublicKey on the stack's
+ProvenanceKeyArn, or from a PEM file (``public-key`` saves one), so verification works offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelfoundry.errors import ProvenanceInvalid
+from wheelfoundry.provenance import PAYLOAD_TYPE, SUFFIX, open_envelope, pae
+from wheelfoundry_user import NotFound, UserError
+from wheelfoundry_user.farm import Farm, aws_problem
+
+
+@dataclass(frozen=True)
+class Verdict:
+    filename: str
+    ok: bool
+    reason: str
+
+    def line(self) -> str:
+        return f"{'OK  ' if self.ok else 'FAIL'} {self.filename}: {self.reason}"
+
+
+def public_key_pem(farm: Farm) -> bytes:
+    """The stack's provenance key as PEM (KMS GetPublicKey returns DER SubjectPublicKeyInfo)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from cryptography.hazmat.primitives import serialization
+
+    arn = farm.outputs.get("ProvenanceKeyArn")
+    if not arn:
+        raise NotFound(f"stack {farm.stack!r} has no ProvenanceKeyArn output (deployed before provenance signing)")
+    try:
+        der = farm.client("kms").get_public_key(KeyId=arn)["PublicKey"]
+    except (ClientError, BotoCoreError) as exc:
+        raise aws_problem(exc) from None
+    key = serialization.load_der_public_key(der)
+    return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def load_key(pem: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except ValueError as exc:
+        raise UserError(f"--public-key: not a PEM public key ({exc})") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise UserError("--public-key: not an elliptic-curve (ECC_NIST_P256) public key")
+    return key
+
+
+def _signed(key: Any, payload: bytes, signatures: list[bytes]) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    for signature in signatures:
+        try:
+            key.verify(signature, pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
+            return True
+        except InvalidSignature:
+            continue
+    return False
+
+
+def _sources(stmt: dict[str, Any]) -> list[dict[str, Any]]:
+    deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies") or []
+    return [d for d in deps if d.get("name") not in ("job-manifest", "builder-image")]
+
+
+def check(
+    filename: str,
+    wheel: bytes,
+    envelope: bytes,
+    key: Any,
+    source: str | None = None,
+    request: dict[str, Any] | None = None,
+) -> Verdict:
+    """One wheel against its envelope; the reason names the first check that failed."""
+    try:
+        stmt, payload, signatures = open_envelope(envelope)
+    except ProvenanceInvalid as exc:
+        return Verdict(filename, False, f"provenance unreadable: {exc}")
+    if not _signed(key, payload, signatures):
+        return Verdict(
+            filename, False, "signature does not verify with this public key (statement altered, or another key)"
+        )
+    digest = hashlib.sha256(wheel).hexdigest()
+    subjects = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in stmt.get("subject", [])}
+    if subjects.get(filename) != digest:
+        named = ", ".join(f"{n} sha256:{d}" for n, d in subjects.items())
+        return Verdict(filename, False, f"sha256:{digest} of this wheel is not the statement's subject ({named})")
+    sources = _sources(stmt)
+    if source is not None and not any(source in (d.get("uri"), *(d.get("digest") or {}).values()) for d in sources):
+        named = ", ".join(str(d.get("uri")) for d in sources) or "none"
+        return Verdict(filename, False, f"source {source} is not what was built (the statement names {named})")
+    built = stmt["predicate"]["buildDefinition"].get("externalParameters", {}).get("request")
+    if request is not None and built != request:
+        fields = sorted(k for k in {*request, *(built or {})} if request.get(k) != (built or {}).get(k))
+        return Verdict(filename, False, f"request differs from the one built in: {', '.join(fields)}")
+    run = stmt["predicate"]["runDetails"]
+    where = ", ".join(f"{d.get('uri')}" for d in sources)
+    return Verdict(
+        filename,
+        True,
+        f"signed provenance verified: sha256:{digest[:16]}..., built by {run['builder']['id']}, "
+        f"run {run['metadata']['invocationId'].rsplit(':', 1)[-1]}, source {where}",
+    )
+
+
+def _fetch(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 - the user's own index or bucket URL
+            return bytes(response.read())
+    except OSError:
+        return None
+
+
+def targets(spec: str, provenance: str | None) -> list[tuple[str, bytes | None, bytes | None]]:
+    """(file name, wheel bytes, envelope bytes) of a local wheel or a URL; the envelope beside it by default."""
+    if spec.startswith(("http://", "https://")):
+        name = spec.rsplit("/", 1)[-1].split("#", 1)[0]
+        return [(name, _fetch(spec.split("#", 1)[0]), _fetch(provenance or spec.split("#", 1)[0] + SUFFIX))]
+    path = Path(spec)
+    if not path.is_file():
+        raise NotFound(f"{spec}: no such wheel")
+    beside = Path(provenance) if provenance else path.with_name(path.name + SUFFIX)
+    return [(path.name, path.read_bytes(), beside.read_bytes() if beside.is_file() else None)]
+
+
+def channel_targets(farm: Farm, channel: str) -> list[tuple[str, bytes | None, bytes | None]]:
+    from wheelfoundry_user.wheels import indexed
+
+    return [(w.filename, farm.get(w.key), farm.get(w.key + SUFFIX)) for w in indexed(farm, channel)]
+
+
+def verify_all(
+    items: list[tuple[str, bytes | None, bytes | None]], key: Any, source: str | None, request: Path | None
+) -> list[Verdict]:
+    expected = json.loads(request.read_text()) if request else None
+    out = []
+    for name, wheel, envelope in items:
+        if wheel is None:
+            out.append(Verdict(name, False, "the wheel could not be read"))
+        elif envelope is None:
+            out.append(Verdict(name, False, f"no provenance ({name}{SUFFIX} not found): unsigned"))
+        else:
+            out.append(check(name, wheel, envelope, key, source, expected))
+    return out

@@ -1,0 +1,118 @@
+"""Attest: after Collect/Merge published a run's wheels, sign a provenance statement for each.
+
+The statement is built from what this function reads itself: the wheel's bytes in the channel (hashed
+here, not taken from metadata), the job manifests under the run's prefix, the request Validate stored.
+The envelope goes beside the wheel (``<wheel>.provenance.json``); PublishIndex links it. A wheel whose
+bytes do not hash to what its manifest (or merge.json) says is not signed: the run records why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from wheelfoundry import provenance
+from wheelfoundry.errors import ProvenanceInvalid
+
+
+def _json(s3: Any, bucket: str, key: str) -> Any:
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except (ClientError, ValueError):
+        return None
+
+
+def _exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError:
+        return False
+    return True
+
+
+def _sha256(body: Any) -> Any:
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: body.read(8 << 20), b""):
+        digest.update(chunk)
+    return digest
+
+
+def state_machine_arn(execution_arn: str) -> str:
+    """arn:aws:states:R:A:execution:SM:NAME (or a Map child's SM/MAP:NAME) -> arn:aws:states:R:A:stateMachine:SM."""
+    parts = execution_arn.split(":")
+    if len(parts) < 8 or parts[5] != "execution":
+        raise ProvenanceInvalid(f"execution {execution_arn!r} is not a Step Functions execution ARN")
+    return ":".join([*parts[:5], "stateMachine", parts[6].split("/", 1)[0]])
+
+
+def published(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This run's wheels in the channel: (filename, key, expected sha256, manifests by key)."""
+    channel, out = run["channel"], []
+    manifests = {f"{j['prefix']}manifest.json": _json(s3, bucket, f"{j['prefix']}manifest.json") for j in jobs}
+    manifests = {k: m for k, m in manifests.items() if isinstance(m, dict)}
+    merge = _json(s3, bucket, f"runs/{run['id']}/merge.json") or {}
+    for wheel in merge.get("wheels") or []:
+        if wheel.get("filename") in (merge.get("conflicts") or []):
+            continue  # another run's bytes stay there, with that run's provenance
+        out.append(
+            {"filename": wheel["filename"], "key": wheel["key"], "sha256": wheel["sha256"], "manifests": manifests}
+        )
+    for job in jobs:
+        result = _json(s3, bucket, f"{job['prefix']}result.json") or {}
+        collect = result.get("collect") or {}
+        key = f"{job['prefix']}manifest.json"
+        by_name = {w.get("name"): w.get("sha256") for w in (manifests.get(key) or {}).get("wheels", [])}
+        for filename in (collect.get("published") or []) + (collect.get("unchanged") or []):
+            project = canonicalize_name(parse_wheel_filename(filename)[0])
+            dest = f"wheels/{channel}/{project}/{filename}"
+            out.append(
+                {"filename": filename, "key": dest, "sha256": by_name.get(filename), "manifests": {key: manifests[key]}}
+            )
+    return out
+
+
+def attest_run(
+    event: dict[str, Any], s3: Any, sign: Callable[[bytes], bytes], key_id: str, stack: str
+) -> dict[str, Any]:
+    run, jobs = event["run"], event.get("jobs") or []
+    bucket = run["bucket"]
+    request = _json(s3, bucket, f"runs/{run['id']}/request.json") or {}
+    builder = {"stack": stack, "state_machine": state_machine_arn(event["execution"])}
+    out: dict[str, Any] = {"status": "succeeded", "signed": [], "kept": [], "refused": []}
+    fresh = _fresh(s3, bucket, run, jobs)
+    for wheel in published(s3, bucket, run, jobs):
+        target = f"{wheel['key']}{provenance.SUFFIX}"
+        if _exists(s3, bucket, target) and wheel["filename"] not in fresh:
+            out["kept"].append(wheel["filename"])  # unchanged bytes keep the provenance of the run that built them
+            continue
+        digest = _sha256(s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"])
+        if digest.hexdigest() != wheel["sha256"]:
+            why = f"{wheel['key']} hashes to {digest.hexdigest()}, its manifest says {wheel['sha256']}"
+            out["refused"].append({"wheel": wheel["filename"], "reason": why})
+            continue
+        subject = {"filename": wheel["filename"], "sha256": digest.hexdigest()}
+        stmt = provenance.statement(
+            subject, request, wheel["manifests"], builder, {**run, "execution": event["execution"]}
+        )
+        data = json.dumps(provenance.envelope(stmt, key_id, sign), indent=1).encode()
+        s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json")
+        out["signed"].append(wheel["filename"])
+    if out["refused"]:
+        out["status"] = "partial"
+    s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/attest.json", Body=json.dumps(out, indent=2).encode())
+    return out
+
+
+def _fresh(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> set[str]:
+    """The wheels this run wrote (not found unchanged from an earlier run)."""
+    fresh = set((_json(s3, bucket, f"runs/{run['id']}/merge.json") or {}).get("published") or [])
+    for job in jobs:
+        fresh |= set(
+            ((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}).get("published") or []
+        )
+    return fresh

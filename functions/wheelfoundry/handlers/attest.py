@@ -1,0 +1,19 @@
+"""Attest: sign an in-toto SLSA provenance statement for every wheel the run published (KMS key of the stack)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wheelfoundry.aws.attest import attest_run
+from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
+from wheelfoundry.provenance import kms_signer
+
+
+@entrypoint
+def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
+    key_id = rt.var("WF_PROVENANCE_KEY_ARN")
+    sign = kms_signer(rt.client("kms"), key_id)
+    result = attest_run(event, rt.client("s3"), sign, key_id, rt.var("WF_STACK_NAME"))
+    metrics.add_metric(name="WheelsAttested", unit="Count", value=len(result["signed"]))
+    logger.info("attested", extra={"run": event["run"]["id"], **result})
+    return result

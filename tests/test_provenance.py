@@ -1,0 +1,181 @@
+"""Signed provenance without AWS: the statement, the DSSE envelope, `wheelfoundry verify`'s checks,
+the index's link and the provenance key's policy (only the publishing function may sign)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
+
+from tests.helpers import resources
+from wheelfoundry import provenance
+from wheelfoundry.aws.attest import state_machine_arn
+from wheelfoundry.index import IndexFile, render_project
+from wheelfoundry_local.iam_policy import Request, decide
+from wheelfoundry_user.verify import check
+
+WHEEL = b"PK\x03\x04 not really a wheel, but bytes with a sha256" * 20
+NAME = "wf_example_ops-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
+SOURCE = "s3://bucket/sources/wf-example-ops-8c4eaed609ff.tar.gz"
+REQUEST = {"framework": "extension", "name": "wf-example-ops", "torch": ["2.13"], "source": {"s3": SOURCE}}
+MANIFEST = {
+    "job_id": "wf-example-ops-cpu-x86_64",
+    "sources": {"wf-example-ops": {"s3": SOURCE, "sha256": "ab" * 32}},
+    "builder": {"mode": "docker", "image": "123.dkr.ecr/wf:x86_64-cpu-1a2b", "digest": "sha256:" + "cd" * 32},
+    "toolchain": {"gcc": "gcc 12.2.0"},
+}
+BUILDER = {"stack": "wheelfoundry", "state_machine": "arn:aws:states:us-east-1:1:stateMachine:wheelfoundry-build"}
+RUN = {
+    "id": "r1",
+    "channel": "demo",
+    "layout": "merged",
+    "execution": "arn:aws:states:us-east-1:1:execution:wheelfoundry-build:r1",
+}
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _signed(key: ec.EllipticCurvePrivateKey, wheel: bytes = WHEEL) -> bytes:
+    subject = {"filename": NAME, "sha256": hashlib.sha256(wheel).hexdigest()}
+    stmt = provenance.statement(subject, REQUEST, {"runs/r1/jobs/j/manifest.json": MANIFEST}, BUILDER, RUN)
+
+    def sign(digest: bytes) -> bytes:  # what KMS Sign with MessageType=DIGEST does
+        return key.sign(digest, ec.ECDSA(Prehashed(hashes.SHA256())))
+
+    return json.dumps(provenance.envelope(stmt, "arn:aws:kms:us-east-1:1:key/k", sign)).encode()
+
+
+def _public(key: ec.EllipticCurvePrivateKey) -> Any:
+    pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return serialization.load_pem_public_key(pem)
+
+
+def test_the_statement_is_in_toto_v1_with_slsa_v1_provenance() -> None:
+    stmt = json.loads(base64.b64decode(json.loads(_signed(_key()))["payload"]))
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    assert stmt["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert stmt["subject"] == [{"name": NAME, "digest": {"sha256": hashlib.sha256(WHEEL).hexdigest()}}]
+    definition = stmt["predicate"]["buildDefinition"]
+    assert definition["externalParameters"] == {"request": REQUEST}
+    deps = {d["name"]: d for d in definition["resolvedDependencies"]}
+    assert deps["wf-example-ops"] == {"name": "wf-example-ops", "uri": SOURCE, "digest": {"sha256": "ab" * 32}}
+    assert deps["builder-image"]["digest"] == {"sha256": "cd" * 32}
+    manifest_digest = hashlib.sha256(json.dumps(MANIFEST, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert deps["job-manifest"]["digest"] == {"sha256": manifest_digest}
+    details = stmt["predicate"]["runDetails"]
+    assert details["builder"]["id"] == f"wheelfoundry:{BUILDER['state_machine']}"
+    assert details["metadata"]["invocationId"] == RUN["execution"]
+
+
+def test_a_good_signature_passes() -> None:
+    key = _key()
+    verdict = check(NAME, WHEEL, _signed(key), _public(key), source=SOURCE, request=REQUEST)
+    assert verdict.ok, verdict.reason
+    assert verdict.line().startswith(f"OK   {NAME}: signed provenance verified") and SOURCE in verdict.reason
+
+
+def test_one_byte_changed_in_the_wheel_fails() -> None:
+    key = _key()
+    tampered = bytearray(WHEEL)
+    tampered[100] ^= 1
+    verdict = check(NAME, bytes(tampered), _signed(key), _public(key))
+    assert not verdict.ok
+    assert (
+        f"sha256:{hashlib.sha256(tampered).hexdigest()} of this wheel is not the statement's subject" in verdict.reason
+    )
+
+
+def test_one_field_changed_in_the_statement_fails() -> None:
+    key = _key()
+    envelope = json.loads(_signed(key))
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    stmt["predicate"]["buildDefinition"]["externalParameters"]["request"]["torch"] = ["2.14"]
+    envelope["payload"] = base64.b64encode(json.dumps(stmt).encode()).decode()
+    verdict = check(NAME, WHEEL, json.dumps(envelope).encode(), _public(key))
+    assert not verdict.ok and verdict.reason.startswith("signature does not verify")
+
+
+def test_a_wrong_key_fails() -> None:
+    verdict = check(NAME, WHEEL, _signed(_key()), _public(_key()))
+    assert not verdict.ok and verdict.reason.startswith("signature does not verify")
+
+
+@pytest.mark.parametrize(
+    ("source", "request_", "reason"),
+    [
+        (
+            "s3://bucket/sources/other-1234.tar.gz",
+            None,
+            "source s3://bucket/sources/other-1234.tar.gz is not what was built",
+        ),
+        (None, {**REQUEST, "torch": ["2.14"]}, "request differs from the one built in: torch"),
+    ],
+)
+def test_expectations_about_source_and_request_are_checked(
+    source: str | None, request_: dict[str, Any] | None, reason: str
+) -> None:
+    key = _key()
+    verdict = check(NAME, WHEEL, _signed(key), _public(key), source=source, request=request_)
+    assert not verdict.ok and verdict.reason.startswith(reason)
+
+
+def test_an_envelope_of_another_type_is_refused() -> None:
+    key = _key()
+    envelope = json.loads(_signed(key))
+    envelope["payloadType"] = "text/plain"
+    verdict = check(NAME, WHEEL, json.dumps(envelope).encode(), _public(key))
+    assert not verdict.ok and "payloadType is 'text/plain'" in verdict.reason
+
+
+def test_the_builder_is_the_state_machine_of_the_execution() -> None:
+    arn = "arn:aws:states:eu-west-1:123:execution:wheelfoundry-build:run-1"
+    assert state_machine_arn(arn) == "arn:aws:states:eu-west-1:123:stateMachine:wheelfoundry-build"
+
+
+def test_the_index_links_a_signed_wheel_to_its_provenance() -> None:
+    page = render_project("demo", "wf-example-ops", [IndexFile(NAME, "ab" * 32, None, None, True)])
+    assert f'data-wf-provenance="../../../wheels/demo/wf-example-ops/{NAME}.provenance.json"' in page
+    unsigned = render_project("demo", "wf-example-ops", [IndexFile(NAME, "ab" * 32, None, None)])
+    assert "provenance" not in unsigned
+
+
+ATTEST_ROLE = "arn:aws:iam::123456789012:role/wheelfoundry-AttestFunctionRole-ABC"
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234"
+
+
+def _key_policy_decision(principal: str, action: str) -> str:
+    """The provenance key's policy for one principal (its Principal elements resolved as deployed)."""
+    policy = resources()["ProvenanceKey"]["Properties"]["KeyPolicy"]
+    resolved = json.loads(
+        json.dumps(policy)
+        .replace('{"Fn::GetAtt": ["AttestFunctionRole", "Arn"]}', json.dumps(ATTEST_ROLE))
+        .replace('{"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}', '"ACCOUNT"')
+    )
+    applies = [
+        s
+        for s in resolved["Statement"]
+        if s["Principal"]["AWS"] in ("*", principal) or (s["Principal"]["AWS"] == "ACCOUNT" and principal != "ANON")
+    ]
+    return decide(Request(action, KEY, {"aws:PrincipalArn": principal}), [{"Statement": applies}])
+
+
+def test_only_the_publishing_function_may_sign_with_the_provenance_key() -> None:
+    key = resources()["ProvenanceKey"]["Properties"]
+    assert (key["KeySpec"], key["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
+    assert _key_policy_decision(ATTEST_ROLE, "kms:Sign") == "Allow"
+    admin = "arn:aws:iam::123456789012:role/Admin"
+    assert _key_policy_decision(admin, "kms:Sign") == "ExplicitDeny"  # even with an IAM policy granting it
+    assert (
+        _key_policy_decision("arn:aws:iam::123456789012:role/wheelfoundry-CollectFunctionRole-X", "kms:Sign") != "Allow"
+    )
+    assert _key_policy_decision(admin, "kms:GetPublicKey") == "Allow"
+    assert _key_policy_decision(admin, "kms:Verify") == "Allow"
+    assert _key_policy_decision(admin, "kms:PutKeyPolicy") == "Allow"  # administration, as KMS requires
