@@ -1,4 +1,5 @@
-"""argparse wiring of the user's commands (`wheelfoundry start|status|runs|logs|fetch|cancel|index list`)."""
+"""argparse wiring of the user's commands (`wheelfoundry start|status|runs|logs|fetch|cancel|verify|rebuild|
+public-key|index list`)."""
 
 from __future__ import annotations
 
@@ -162,6 +163,20 @@ def _index_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _rebuild(args: argparse.Namespace) -> int:
+    from wheelfoundry_user.rebuild import rebuild
+
+    def tick(line: str) -> None:
+        if not args.json:
+            print(line, file=sys.stderr, flush=True)
+
+    data = rebuild(_farm(args), args.run, args.wait, tick)
+    verdict = "byte-identical" if data["same"] else "NOT byte-identical"
+    lines = [*data["lines"], f"{data['rebuild']}: {len(data['wheels'])} wheel(s) {verdict} to run {data['run']}'s"]
+    _emit(args, {k: v for k, v in data.items() if k != "lines"}, "\n".join(lines))
+    return EXIT_OK if data["same"] else EXIT_FAILED
+
+
 def _verify(args: argparse.Namespace) -> int:
     from wheelfoundry_user import verify
 
@@ -256,6 +271,13 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     verify.add_argument("--request", help="fail unless the statement's request equals this JSON file")
     _common(verify)
     verify.set_defaults(func=_guard(_verify))
+    again = sub.add_parser(
+        "rebuild", help="build a run's request again into a scratch channel; compare sha256 per wheel"
+    )
+    again.add_argument("run")
+    again.add_argument("--wait", type=float, default=7200.0, help="seconds to wait for the rebuild to end")
+    _common(again)
+    again.set_defaults(func=_guard(_rebuild))
     public_key = sub.add_parser("public-key", help="save the stack's provenance public key (PEM) for offline verify")
     public_key.add_argument("--out", default="wheelfoundry-provenance.pem")
     _common(public_key, json_flag=False)
