@@ -105,3 +105,24 @@ def test_template_runtime_repository_project_and_role_are_scoped() -> None:
     )
     images = resources["ImagesFunction"]["Properties"]
     assert "RuntimeImageProject" in json.dumps(images["Policies"]) and "CodeBuildProjectX86" not in json.dumps(images)
+
+
+def test_report_names_provenance_that_was_not_signed_and_keeps_what_was() -> None:
+    s3 = FakeS3()
+    run = {"id": "r", "bucket": "b", "channel": "ci"}
+    base = {"run": run, "jobs": [], "results": [], "publish": {}, "merge": {}, "images": []}
+    signed = {"status": "succeeded", "signed": ["a.whl"], "kept": [], "refused": []}
+    assert report({**base, "attest": signed}, s3)["signed"] == 1
+    assert json.loads(s3.objects["runs/r/report.json"])["provenance"]["signed"] == ["a.whl"]
+    partial = {
+        **signed,
+        "status": "partial",
+        "refused": [{"wheel": "b.whl", "reason": "hashes to 00, manifest says 11"}],
+    }
+    with pytest.raises(JobsFailed, match=r"b\.whl: hashes to 00"):
+        report({**base, "attest": partial}, s3)
+    crashed = {"Error": "Lambda.Unknown", "Cause": '{"errorMessage": "KMS AccessDenied"}'}
+    with pytest.raises(JobsFailed, match="no provenance signed"):
+        report({**base, "attest": crashed}, s3)
+    body = json.loads(s3.objects["runs/r/report.json"])
+    assert body["provenance"] == {"Error": "Lambda.Unknown"} and body["failed"][0]["job_id"] == "provenance"

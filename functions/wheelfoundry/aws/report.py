@@ -35,6 +35,12 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         )
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
+    attest = event.get("attest") or {}
+    if attest.get("Error"):  # the Attest state failed: the wheels are published, without provenance
+        why = readable_cause(attest.get("Cause"))[:1000]
+        failures.append(("provenance", attest["Error"], f"no provenance signed for this run's wheels: {why}"))
+    for refused in attest.get("refused") or []:
+        failures.append(("provenance", "NotSigned", f"{refused.get('wheel')}: {refused.get('reason')}"[:1000]))
     images = event.get("images") or []
     if isinstance(images, dict):  # the BuildImages Map itself failed
         failures.append(("images", images.get("Error", "Failed"), readable_cause(images.get("Cause"))[:1000]))
@@ -52,6 +58,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "merge": merge,
         "missing_cells": merge.get("missing_cells") or [],
         "images": images,
+        "provenance": {k: attest.get(k) for k in ("status", "signed", "kept", "refused", "Error") if k in attest},
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "status": "failed" if failures else "succeeded",
     }
@@ -59,5 +66,6 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     if failures:
         raise JobsFailed(failures)
     return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {
-        "published": sum(r.get("published", 0) for r in results) + len(merge.get("published") or [])
+        "published": sum(r.get("published", 0) for r in results) + len(merge.get("published") or []),
+        "signed": len(attest.get("signed") or []),
     }
