@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from tests.buildspecs.jobs import ROOT
 
 BUNDLE = ROOT / "buildspecs"
 EXAMPLE = ROOT / "examples" / "extension"
-TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+# The real CPU torch wheel, pinned by the Docker test bed's hash lock (PyTorch's CPU wheel, as the
+# project's own venv installs it): fetched once into the shared cache with pip --require-hashes.
+TORCH_LOCK = ROOT / "tools" / "testbed" / "wheelhouse-requirements.txt"
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
@@ -83,6 +86,26 @@ class Background:
         self._handle.close()
 
 
+def torch_wheel(cache_dir: Path) -> Path:
+    dest = cache_dir / "wheels" / "torch-2.13.0-cpu"
+    found = sorted(dest.glob("torch-2.13.0+cpu-*.whl"))
+    if found:
+        return found[0]
+    line = next(ln for ln in TORCH_LOCK.read_text().splitlines() if ln.startswith("torch=="))
+    staging = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".torch-"))
+    (staging / "req.txt").write_text(line + "\n")
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    argv += ["--only-binary=:all:", "--dest", str(staging), "-r", str(staging / "req.txt")]
+    subprocess.run(argv, check=True)
+    (staging / "req.txt").unlink()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        staging.rename(dest)
+    except OSError:  # another worker got there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(dest.glob("torch-2.13.0+cpu-*.whl"))[0]
+
+
 @pytest.fixture(scope="session")
 def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
     """``python -m wfbuild.repair`` of the real CPU torch wheel, as the x86_64 CPU job's stage runs it."""
@@ -96,7 +119,8 @@ def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     )
     raw = Path(stage.argv[stage.argv.index("--in-dir") + 1])
     raw.mkdir(parents=True)
-    (raw / TORCH_WHEEL.name).symlink_to(TORCH_WHEEL)
+    wheel = torch_wheel(cache_dir)
+    (raw / wheel.name).symlink_to(wheel)
     # The job asks for the MPI backend, which the PyPI wheel does not have: that expectation is the
     # job's, not the wheel's, so it is dropped here; every other argument is the stage's own.
     argv = list(stage.argv)
