@@ -249,15 +249,19 @@ def build_base() -> str:
     return tag
 
 
-def build_builder() -> str:
-    tag = builder_tag()
+def _on_base(tag: str, dockerfile: Path, context: Path) -> str:
+    """``tag`` built FROM the test base (BASE_IMAGE), unless it exists; --network none: the wheelhouse
+    is the only package source."""
     if _exists(tag):
         return tag
-    base = build_base()
-    # The production recipes' context (COPY scripts/); --network none: the wheelhouse is the only source.
-    argv = ["build", "--quiet", "--network", "none", "-f", str(TESTBED / "builder.Dockerfile")]
-    docker(*argv, "--build-arg", f"BASE_IMAGE={base}", "-t", tag, str(IMAGES))
+    argv = ["build", "--quiet", "--network", "none", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={build_base()}"]
+    docker(*argv, "-t", tag, str(context))
     return tag
+
+
+def build_builder() -> str:
+    # The production recipes' context (COPY scripts/).
+    return _on_base(builder_tag(), TESTBED / "builder.Dockerfile", IMAGES)
 
 
 def runtime_tag() -> str:
@@ -266,13 +270,7 @@ def runtime_tag() -> str:
 
 def build_runtime() -> str:
     """The runtime images' base: the test base without compilers (tools/testbed/runtime.Dockerfile)."""
-    tag = runtime_tag()
-    if _exists(tag):
-        return tag
-    base = build_base()
-    argv = ["build", "--quiet", "--network", "none", "-f", str(TESTBED / "runtime.Dockerfile")]
-    docker(*argv, "--build-arg", f"BASE_IMAGE={base}", "-t", tag, str(TESTBED))
-    return tag
+    return _on_base(runtime_tag(), TESTBED / "runtime.Dockerfile", TESTBED)
 
 
 def images() -> int:

@@ -84,6 +84,11 @@ def emulated_push(ecr: Any, repository: str, tag: str, labels: Mapping[str, str]
         "layers": [],
         "annotations": dict(labels),
     }  # fmt: skip
+    return put_manifest(ecr, repository, tag, manifest)
+
+
+def put_manifest(ecr: Any, repository: str, tag: str, manifest: Mapping[str, Any]) -> str:
+    """ECR PutImage of ``manifest`` under ``tag``; the digest the registry gives it."""
     ecr.put_image(
         repositoryName=repository, imageManifest=json.dumps(manifest), imageManifestMediaType=MANIFEST_TYPE,
         imageTag=tag,
@@ -108,12 +113,7 @@ def manifest_push(ecr: Any, repository: str, tag: str, ref: str, environ: Mappin
         "layers": [{"mediaType": layer, "digest": d, "size": 0} for d in found["RootFS"]["Layers"]],
         "annotations": {**(found["Config"].get("Labels") or {}), "dev.wheelfoundry.push": "manifest only (no blobs)"},
     }
-    ecr.put_image(
-        repositoryName=repository, imageManifest=json.dumps(manifest), imageManifestMediaType=MANIFEST_TYPE,
-        imageTag=tag,
-    )  # fmt: skip
-    pushed = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"][0]
-    return str(pushed["imageId"]["imageDigest"])
+    return put_manifest(ecr, repository, tag, manifest)
 
 
 def provisioned_base(environ: Mapping[str, str], log: BuildLog) -> tuple[str, str] | None:

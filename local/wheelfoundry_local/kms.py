@@ -43,6 +43,17 @@ def _message(response: Any) -> tuple[bytes, str]:
     return message, kind
 
 
+def _key_and_algorithm(response: Any) -> tuple[Any, str]:
+    """The request's key and signing algorithm, refused as KMS refuses one the key does not support."""
+    from moto.kms.exceptions import ValidationException
+
+    key = response.kms_backend.describe_key(response._get_param("KeyId"))
+    algorithm = response._get_param("SigningAlgorithm")
+    if algorithm not in key.signing_algorithms:
+        raise ValidationException(f"SigningAlgorithm {algorithm} is not one of {key.signing_algorithms}")
+    return key, str(algorithm)
+
+
 def install(patches: Patches) -> None:
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -72,12 +83,7 @@ def install(patches: Patches) -> None:
         message, kind = _message(response)
         if kind != "DIGEST":
             return original_sign(response)
-        key = response.kms_backend.describe_key(response._get_param("KeyId"))
-        algorithm = response._get_param("SigningAlgorithm")
-        if algorithm not in key.signing_algorithms:
-            from moto.kms.exceptions import ValidationException
-
-            raise ValidationException(f"SigningAlgorithm {algorithm} is not one of {key.signing_algorithms}")
+        key, algorithm = _key_and_algorithm(response)
         signature = key.private_key.private_key.sign(message, ec.ECDSA(Prehashed(_hash(algorithm))))
         return json.dumps(
             {"KeyId": key.arn, "Signature": base64.b64encode(signature).decode(), "SigningAlgorithm": algorithm}
@@ -87,8 +93,7 @@ def install(patches: Patches) -> None:
         message, kind = _message(response)
         if kind != "DIGEST":
             return original_verify(response)
-        key = response.kms_backend.describe_key(response._get_param("KeyId"))
-        algorithm = response._get_param("SigningAlgorithm")
+        key, algorithm = _key_and_algorithm(response)
         signature = response._get_param("Signature")
         signature = base64.b64decode(signature) if isinstance(signature, str) else signature
         try:

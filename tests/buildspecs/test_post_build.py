@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.buildspecs.conftest import BUNDLE, PYTHON, TORCH_WHEEL, example_source, run, tool_env
+from tests.buildspecs.conftest import BUNDLE, PYTHON, example_source, run, tool_env, torch_wheel
 from tests.buildspecs.jobs import jobs
 from wfbuild import wheelfile
 from wfbuild.stages import Stage, render_stages
@@ -51,7 +51,7 @@ def library(torch_repair: Any, cache_dir: Path, tmp_path_factory: pytest.TempPat
                 "torch==2.13.0", "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"], tool_env(cache_dir))  # fmt: skip
     assert made.returncode == 0
     src = example_source(work / "src" / "torchvision")
-    env = stage_env(build, cache_dir, WF_TORCH_WHEEL_DIR=str(TORCH_WHEEL.parent))
+    env = stage_env(build, cache_dir, WF_TORCH_WHEEL_DIR=str(torch_wheel(cache_dir).parent))
     proc = run(build.argv, env, cwd=work)
     return {"work": work, "stages": stages, "proc": proc, "src": src, "cache": cache_dir}
 
@@ -141,7 +141,7 @@ def torch_smoked(torch_repair: Any, cache_dir: Path) -> dict[str, Any]:
 
 def test_real_torch_wheel_repair_smoke_manifest(torch_smoked: dict[str, Any], cache_dir: Path) -> None:
     work, stages, wheel, proc = (torch_smoked[k] for k in ("work", "stages", "wheel", "proc"))
-    assert wheel.name == TORCH_WHEEL.name, "already manylinux_2_28: the tag must not change"
+    assert wheel.name == torch_wheel(cache_dir).name, "already manylinux_2_28: the tag must not change"
     assert wheelfile.info(wheel).tags == ["cp311-cp311-manylinux_2_28_x86_64"]
     assert proc.returncode == 0, proc.stderr
     result = json.loads(wheel.with_name(wheel.name + ".smoke.json").read_text())
@@ -194,9 +194,10 @@ def test_library_smoke_uses_the_jobs_torch_wheel(
 def test_smoke_fails_on_a_real_torch_wheel_without_mpi(cache_dir: Path, tmp_path: Path) -> None:
     """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
     argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
-    wheel = tmp_path / TORCH_WHEEL.name
-    wheel.symlink_to(TORCH_WHEEL)
+    torch = torch_wheel(cache_dir)
+    wheel = tmp_path / torch.name
+    wheel.symlink_to(torch)
     # The unrepaired wheel has another sha256 than the repaired one, so the kept torch env is not touched.
     proc = run([*argv, str(wheel)], tool_env(cache_dir))
     assert proc.returncode == 1
-    assert f"SMOKE FAILED: {TORCH_WHEEL.name}: check 'torch-mpi': AssertionError" in proc.stderr
+    assert f"SMOKE FAILED: {torch.name}: check 'torch-mpi': AssertionError" in proc.stderr
