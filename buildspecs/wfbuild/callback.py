@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -12,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from wfbuild import wheelfile
+from wfbuild import hostfiles, wheelfile
 from wfbuild.execute import BuildLog
 
 TOKEN_GONE = ("TaskTimedOut", "TaskDoesNotExist", "InvalidToken")
@@ -178,19 +179,26 @@ class SpotWatcher(threading.Thread):
                 return
 
 
+WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+!-]+\.whl")
+
+
 def upload_wheels(s3: Any, bucket: str, prefix: str, work: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Uploads every smoke-tested wheel and its METADATA (PEP 658); returns the callback's wheel list."""
     out = []
     for entry in manifest["wheels"]:
         if entry["smoke"] != "passed":
             continue
-        path = work / entry["path"]
+        # The manifest and the files are the build's (docs/security.md §2): a wheel's name is a file
+        # name, and its path a regular file in the job's folder, never a link to a host file.
+        if not WHEEL_NAME.fullmatch(str(entry["name"])):
+            raise hostfiles.UnsafeFile(f"{entry['name']!r} is not a wheel file name")
         key = f"{prefix}wheels/{entry['name']}"
         meta = {"sha256": entry["sha256"], "requires-python": entry["requires_python"]}
-        s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": meta, "ContentType": "application/zip"})
-        s3.put_object(
-            Bucket=bucket, Key=f"{key}.metadata", Body=wheelfile.metadata_bytes(path), ContentType="text/plain"
-        )
+        with hostfiles.open_inside(work, work / entry["path"]) as handle:
+            body = wheelfile.metadata_bytes(handle)
+            handle.seek(0)
+            s3.upload_fileobj(handle, bucket, key, ExtraArgs={"Metadata": meta, "ContentType": "application/zip"})
+        s3.put_object(Bucket=bucket, Key=f"{key}.metadata", Body=body, ContentType="text/plain")
         out.append(
             {
                 "filename": entry["name"],

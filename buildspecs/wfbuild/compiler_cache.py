@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from wfbuild import hostfiles
+
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 VERSION = "0.16.0"
 MAP = "-ffile-prefix-map="
@@ -283,13 +285,32 @@ def stage_argv(stats: str, argv: list[str], wrap: bool) -> list[str]:
     return ["python3", "-m", "wfbuild.compiler_cache", "--stats", stats, *(["--wrap"] if wrap else []), "--", *argv]
 
 
-def read_stats(path: Path, note: Callable[[str], None]) -> dict[str, Any] | None:
-    """A stage's stats as run_stage wrote them, or None. Written inside the build's container: numbers
-    to show, never trusted further (a build can only misreport its own hit rate)."""
-    if not path.is_file():
-        return None
+def read_stats(work: Path, path: Path, note: Callable[[str], None]) -> dict[str, Any] | None:
+    """A stage's stats as run_stage wrote them, or None. Written inside the build's container, so read
+    as the build's file (hostfiles: no link, a small regular file in the job's folder) and reduced to
+    its counts: numbers to show, never trusted further (a build can only misreport its own hit rate)."""
     try:
-        return combine([json.loads(path.read_text(encoding="utf-8"))])
+        raw = json.loads(hostfiles.read_inside(work, path, 1 << 20))
+        if raw.get("status") != "used":
+            return {"status": "unavailable", "detail": str(raw.get("detail", ""))[:300]}
+        langs = raw.get("per_language") or {}
+        return combine([
+            {
+                "status": "used",
+                "location": str(raw.get("location", ""))[:300],
+                "compile_requests": int(raw["compile_requests"]),
+                "hits": int(raw["hits"]),
+                "misses": int(raw["misses"]),
+                "errors": int(raw.get("errors", 0)),
+                "per_language": {str(k)[:40]: {"hits": int(v["hits"]), "misses": int(v["misses"])}
+                                 for k, v in list(langs.items())[:20]},
+                "not_cached": {str(k)[:80]: int(v) for k, v in list((raw.get("not_cached") or {}).items())[:20]},
+            }
+        ])  # fmt: skip
+    except hostfiles.UnsafeFile as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            note(f"compiler cache stats refused: {exc}")
+        return None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         note(f"compiler cache stats {path.name} unreadable: {exc}")
         return None

@@ -23,6 +23,7 @@ from wfbuild.pins import bump_module
 from wfbuild.safety import check_env
 
 LOCAL_REPOSITORY = "wheelfoundry-builder"
+SESSION_DIR = "/run/wf/aws"  # where a stage container finds the job session's credentials file
 
 
 def image_hash(bundle: Path, recipe: str, base: str, build_args: Mapping[str, str]) -> str:
@@ -72,6 +73,7 @@ def run_argv(
     endpoint: str = "",
     offline: bool = False,
     limits: Limits | None = None,
+    session: Path | None = None,
 ) -> list[str]:
     """``docker run`` of one stage. What the build can reach is exactly: the job's work tree (the only
     writable mount), the bundle read-only, the variables of the env file (its job session, never this
@@ -82,6 +84,8 @@ def run_argv(
     # networking only for a local emulator on loopback, which a bridged container could not reach.
     network = ["--network", "none"] if offline else (["--network", "host"] if is_loopback(endpoint) else [])
     mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"]
+    if session is not None:  # the job session's credentials: the runner's folder, read-only, outside /work
+        mounts += ["-v", f"{session}:{SESSION_DIR}:ro"]
     if bundle.is_relative_to(work):  # the Build document unpacks the bundle inside the work tree
         mounts += ["-v", f"{bundle}:/work/{bundle.relative_to(work)}:ro"]
     limits = limits or Limits()

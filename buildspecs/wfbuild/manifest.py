@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,17 +71,23 @@ def toolchain(work: Path) -> dict[str, Any]:
     return found
 
 
-def sources(job: dict[str, Any], meta: Path) -> dict[str, Any]:
+def _read_text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def sources(job: dict[str, Any], meta: Path, read: Callable[[Path], str | None] = _read_text) -> dict[str, Any]:
+    """Each package's source: the contract's repo/ref, the checkout's commit, the fetched archive's
+    record. ``read`` (None: absent) lets the runner read them as files the build may have planted."""
     out: dict[str, Any] = {}
     for pin in job.get("packages", []):
         name = pin["name"]
         entry: dict[str, Any] = {"repo": pin.get("repo"), "ref": pin.get("ref")}
-        commit = meta / "commits" / name
-        if commit.exists():
-            entry["commit"] = commit.read_text(encoding="utf-8").strip()
-        archive = meta / "sources" / f"{name}.json"
-        if archive.exists():
-            entry.update(json.loads(archive.read_text(encoding="utf-8")))
+        commit = read(meta / "commits" / name)
+        if commit is not None:
+            entry["commit"] = commit.strip()
+        archive = read(meta / "sources" / f"{name}.json")
+        if archive is not None:
+            entry.update(json.loads(archive))
         out[name] = entry
     return out
 

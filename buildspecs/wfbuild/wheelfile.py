@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -53,7 +54,7 @@ def _dist_info(names: list[str]) -> str:
     return dirs.pop()
 
 
-def metadata_bytes(wheel: Path) -> bytes:
+def metadata_bytes(wheel: Path | BinaryIO) -> bytes:
     with zipfile.ZipFile(wheel) as zf:
         return zf.read(f"{_dist_info(zf.namelist())}/METADATA")
 

@@ -164,7 +164,7 @@ def test_a_container_stage_runs_under_its_own_server_and_leaves_its_stats(
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "compiler cache: " in proc.stdout and (work / "src" / "a.o").is_file()
-        stats = compiler_cache.read_stats(stats_file, pytest.fail)
+        stats = compiler_cache.read_stats(work, stats_file, pytest.fail)
         assert stats is not None
         found.append((stats["hits"], stats["misses"]))
     assert found == [(0, 1), (1, 0)]
@@ -181,7 +181,7 @@ def test_a_container_stage_without_sccache_compiles_directly_and_says_why(tmp_pa
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 3
     assert "no sccache in this image" in proc.stdout
-    assert compiler_cache.read_stats(stats_file, pytest.fail) == {
+    assert compiler_cache.read_stats(tmp_path, stats_file, pytest.fail) == {
         "status": "unavailable",
         "detail": "no sccache in this image",
     }
@@ -215,4 +215,11 @@ def test_stats_of_several_servers_add_up_and_a_tampered_file_is_only_a_note(tmp_
     bad = tmp_path / "build-z.json"
     bad.write_text('{"status": "used", "hits": "lots"}')  # the build wrote over its own stats
     notes: list[str] = []
-    assert compiler_cache.read_stats(bad, notes.append) is None and "unreadable" in notes[0]
+    assert compiler_cache.read_stats(tmp_path, bad, notes.append) is None and "unreadable" in notes[0]
+    # A link the build planted to a host file is refused, and nothing of the host file comes back.
+    secret = tmp_path.parent / f"{tmp_path.name}-host-secret.json"
+    secret.write_text('{"status": "unavailable", "detail": "HOST SECRET"}')
+    link = tmp_path / "meta" / "sccache" / "build-l.json"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(secret)
+    assert compiler_cache.read_stats(tmp_path, link, notes.append) is None and "refused" in notes[-1]

@@ -367,14 +367,18 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     # The loopback emulator: host networking for the stages that need a network, none for the manifest.
     assert [c[c.index("--network") + 1] for c in runs] == ["host", "host", "none"]
     assert all(f"{BUNDLE}:/bundle:ro" in c for c in runs), "fetch-source ran on the host, the rest in the image"
-    # The work tree is the only writable mount: no shared cache of the host's reaches the build.
-    assert all(
-        [a for a in c if a.startswith("/") and ":/" in a] == [f"{tmp_path / 'work'}:/work", f"{BUNDLE}:/bundle:ro"]
-        for c in runs
-    )
+    # The work tree is the only writable mount: no shared cache of the host's reaches the build; the job
+    # session's folder (the runner's own, beside the tree) is mounted read-only outside /work.
+    mounts = [
+        f"{tmp_path / 'work'}:/work",
+        f"{BUNDLE}:/bundle:ro",
+        f"{tmp_path / 'work.runner' / 'aws'}:/run/wf/aws:ro",
+    ]
+    assert all([a for a in c if a.startswith("/") and ":/" in a] == mounts for c in runs)
     (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
     assert json.loads(failure["cause"])["stage"] == "build-torch2.13.0-cp311-cpu-x86_64"
-    env_file = (tmp_path / "work" / "meta" / "env" / "build-torch2.13.0-cp311-cpu-x86_64.env").read_text()
+    env_file = (tmp_path / "work.runner" / "env" / "build-torch2.13.0-cp311-cpu-x86_64.env").read_text()
+    assert not (tmp_path / "work" / "meta" / "env").exists(), "the env files stay out of the mounted tree"
     assert "PYTHONPATH=/bundle\n" in env_file and "WF_SRC_DIR=/work/src/broken-ext\n" in env_file
     assert "WF_CACHE_DIR" not in env_file
     assert token not in env_file
@@ -425,7 +429,48 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
     ]
     manifest = json.loads(aws.s3.get_object(Bucket=aws.bucket, Key=f"{prefix}manifest.json")["Body"].read())
     stats = manifest["compiler_cache"]
-    assert stats == compiler_cache.read_stats(tmp_path / "work" / "meta" / "sccache" / f"{build}.json", pytest.fail)
+    work = tmp_path / "work"
+    assert stats == compiler_cache.read_stats(work, work / "meta" / "sccache" / f"{build}.json", pytest.fail)
     assert stats["status"] in ("used", "unavailable")  # no job role here: the server may find no credentials
     assert compiler_cache.describe(stats) in (tmp_path / "work" / "build.log").read_text()
     assert aws.finished(execution)["status"] == "FAILED"
+
+
+def test_links_the_build_plants_in_its_tree_never_reach_host_files(aws: Aws, tmp_path: Path) -> None:
+    """In the image the build is root in a read-write /work: whatever it leaves there may be a link to a
+    host file. The runner (root on the host) refuses to read, upload or write through any of them."""
+    from wfbuild import callback, hostfiles
+
+    secret = tmp_path / "host-secret.json"
+    secret.write_text(json.dumps({"status": "succeeded", "wheels": [], "HOST": "SECRET"}))
+    work = tmp_path / "work"
+    (work / "meta").mkdir(parents=True)
+    (work / "manifest.json").symlink_to(secret)
+    (work / "meta" / "stages.json").symlink_to(secret)
+    (work / "dist").mkdir()
+    (work / "dist" / "x-1.0-py3-none-any.whl").symlink_to(secret)
+    job, key = put_job(aws, "links", b"")
+    env = runner_env(aws, key, "", work, tmp_path / "cache", WF_CONTAINER="docker")
+    built = runner.Job(env, clients(aws, []))
+    built.job = job
+    data = built.load_manifest()  # stages.json is a link: refused, and the link target is untouched
+    assert data["status"] == "failed" and "SECRET" not in json.dumps(data)
+    assert json.loads(secret.read_text())["HOST"] == "SECRET"
+    assert "SECRET" not in (tmp_path / "work.runner" / "manifest.json").read_text()
+    (work / "meta" / "stages.json").unlink()
+    refused = built.load_manifest()  # now manifest.json itself: a link, refused
+    assert "manifest.json: Too many levels of symbolic links" in refused["failures"][0]["error"]
+    entry = {"smoke": "passed", "name": "x-1.0-py3-none-any.whl", "path": "dist/x-1.0-py3-none-any.whl",
+             "sha256": "0" * 64, "requires_python": ""}  # fmt: skip
+    with pytest.raises(hostfiles.UnsafeFile):
+        callback.upload_wheels(aws.s3, aws.bucket, "runs/r/jobs/links/", work, {"wheels": [entry]})
+    with pytest.raises(hostfiles.UnsafeFile, match="not a wheel file name"):
+        callback.upload_wheels(
+            aws.s3, aws.bucket, "runs/r/jobs/links/", work, {"wheels": [{**entry, "name": "../x.whl"}]}
+        )
+    assert "Contents" not in aws.s3.list_objects_v2(Bucket=aws.bucket, Prefix="runs/r/jobs/links/wheels/")
+    (work / "meta").rename(work / "meta-real")
+    (work / "meta").symlink_to(tmp_path)  # a folder link: writing meta/stages.json would land beside the tree
+    with pytest.raises(hostfiles.UnsafeFile, match="outside the job's folder"):
+        hostfiles.write_inside(work, work / "meta" / "stages.json", b"[]")
+    assert not (tmp_path / "stages.json").exists()

@@ -168,7 +168,7 @@ def test_an_extension_job_builds_in_docker_and_its_hostile_build_is_contained(
     assert observed["test bed's docker socket"] == "FileNotFoundError"
     assert observed["processes with the runner's secrets"] == []
     # Its AWS identity is the job session's file and nothing else.
-    assert observed["identity variables"] == [] and observed["credentials file"] == "/work/meta/aws/credentials"
+    assert observed["identity variables"] == [] and observed["credentials file"] == "/run/wf/aws/credentials"
     assert observed["work dir"] == "/work"
     # The resource limits and the dropped capabilities reached the container.
     assert observed["memory limit"] not in (None, "max", "9223372036854771712")
