@@ -15,6 +15,7 @@ itself (WF_PREFIX_MAPS), so they never reach sccache's cache key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,10 +132,17 @@ class CompilerCache:
         path = out.get("PATH", "")
         # The path maps name this job's folder: as arguments they would give every folder its own cache
         # keys. The compiler sccache runs adds them instead (a script of the same bytes in every job).
-        maps = [f for name in ("CFLAGS", "CXXFLAGS") for f in out.get(name, "").split() if f.startswith(MAP)]
+        # Only the runner's own maps (this job's folder, the host's build cache) move: a map the job or
+        # the package set itself stays an argument, so it stays in the key.
+        ours = {str(self.work)} | ({str(Path(out["WF_CACHE_DIR"]).resolve())} if out.get("WF_CACHE_DIR") else set())
+
+        def moved(flag: str) -> bool:
+            return flag.startswith(MAP) and flag[len(MAP) :].rsplit("=", 1)[0] in ours
+
+        maps = [f for name in ("CFLAGS", "CXXFLAGS") for f in out.get(name, "").split() if moved(f)]
         for name in ("CFLAGS", "CXXFLAGS"):
             if name in out:
-                out[name] = " ".join(f for f in out[name].split() if not f.startswith(MAP))
+                out[name] = " ".join(f for f in out[name].split() if not moved(f))
         out["WF_PREFIX_MAPS"] = " ".join(dict.fromkeys(maps))
         out["PATH"] = os.pathsep.join([str(self.wrappers(path)), path])
         out["TORCH_NO_COMPILER_WRAPPER"] = "1"  # ours already wrap: torch's would wrap twice
@@ -159,7 +168,13 @@ class CompilerCache:
             # WF_PREFIX_MAPS is ours (-ffile-prefix-map=<work>=. ...): split on spaces by intent. Kept out of
             # the arguments sccache hashes (SCCACHE_BASEDIRS does not rewrite a path inside a flag), and
             # the script's bytes are the same in every job: the same sources give the same key and object.
-            _atomic_script(mapped / name, f'#!/bin/sh\nexec "{real}" $WF_PREFIX_MAPS "$@"\n')
+            # sccache keys on the compiler file's bytes: the real compiler's digest is in the script, so
+            # another compiler at the same path (a new image, an updated gcc) is another key.
+            digest = hashlib.sha256(Path(real).resolve().read_bytes()).hexdigest()
+            script = (
+                f'#!/bin/sh\n# {Path(real).resolve()} sha256:{digest}\nset -f\nexec "{real}" $WF_PREFIX_MAPS "$@"\n'
+            )
+            _atomic_script(mapped / name, script)
             _atomic_script(folder / name, f'#!/bin/sh\nexec "{self.binary}" "{mapped / name}" "$@"\n')
         return folder
 
@@ -218,11 +233,13 @@ def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _atomic_script(path: Path, text: str) -> None:
-    """Whole or absent, for a concurrent reader (cells of one job share the wrappers' folder)."""
-    staging = path.with_name(f".{path.name}.{os.getpid()}")
-    staging.write_text(text, encoding="utf-8")
-    staging.chmod(0o755)
-    staging.replace(path)
+    """Whole or absent, for a concurrent reader (cells of one job, threads of one runner, share the
+    wrappers' folder): a staging file of its own, then a rename."""
+    fd, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(staging, 0o755)  # noqa: S103  (a compiler wrapper: every user of the job runs it)
+    os.replace(staging, path)
 
 
 def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -517,6 +517,7 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
     failed = code != 0 or (data is not None and data.get("status") == "failed")
     if not (failed and job.job.get("options", {}).get("keep_on_failure")):
         shutil.rmtree(job.work, ignore_errors=True)
+        shutil.rmtree(job.private, ignore_errors=True)
     return code
 
 

@@ -2,7 +2,7 @@
 compared with the run's.
 
 The request is the run's own (``runs/<run>/request.json``, as Validate stored it) with one change: the
-channel becomes ``rebuild-<run>``, so the rebuilt wheels land under ``wheels/rebuild-<run>/`` and never
+channel becomes ``rebuild-<run>-<salt>``, so the rebuilt wheels land in a channel of their own and never
 replace a published one. Same source, same builder, same request: an extension's wheels should come
 back byte-identical (docs/provenance.md says what makes them so); where a wheel differs, the report
 names the archive members that differ (content sha256 and size, or only the zip entry's time and
@@ -47,17 +47,18 @@ class Compared:
         return f"DIFF {self.filename}: sha256:{self.original[:16]}... rebuilt as sha256:{self.rebuilt[:16]}..."
 
 
-def scratch_channel(run: str) -> str:
-    """``rebuild-<run>`` as a valid channel name (lower case, digits and '-', 63 characters at most)."""
+def scratch_channel(run: str, salt: str) -> str:
+    """``rebuild-<run>-<salt>`` as a valid channel name (lower case, digits and '-', at most 63
+    characters): each rebuild its own channel, so two rebuilds never meet in one."""
     slug = re.sub(r"[^a-z0-9-]+", "-", run.lower()).strip("-")
-    return f"rebuild-{slug}"[:63].rstrip("-")
+    return f"rebuild-{slug[: 63 - len('rebuild--') - len(salt)].rstrip('-')}-{salt}"
 
 
-def rebuild_request(farm: Farm, run: str) -> dict[str, Any]:
+def rebuild_request(farm: Farm, run: str, salt: str) -> dict[str, Any]:
     request = farm.get_json(f"runs/{run}/request.json")
     if not isinstance(request, dict):
         raise NotFound(f"run {run} has no runs/{run}/request.json: nothing to rebuild from")
-    return {**request, "channel": scratch_channel(run)}
+    return {**request, "channel": scratch_channel(run, salt)}
 
 
 def member_differences(original: bytes, rebuilt: bytes) -> list[str]:
@@ -115,8 +116,9 @@ def rebuild(farm: Farm, run: str, timeout: float, tick: Callable[[str], None]) -
     """Start the rebuild, wait for it, compare; ``{"run", "rebuild", "channel", "wheels": [...], "same"}``."""
     original = farm.describe(run)
     name = original["name"]
-    request = rebuild_request(farm, name)
-    again = f"{name[:60]}-rebuild-{secrets.token_hex(3)}"
+    salt = secrets.token_hex(3)
+    request = rebuild_request(farm, name, salt)
+    again = f"{name[:60]}-rebuild-{salt}"
     farm.client("stepfunctions").start_execution(
         stateMachineArn=farm.state_machine_arn, name=again, input=json.dumps(request)
     )
@@ -131,6 +133,6 @@ def rebuild(farm: Farm, run: str, timeout: float, tick: Callable[[str], None]) -
         "rebuild": again,
         "channel": request["channel"],
         "wheels": [asdict(w) for w in wheels],
-        "same": all(w.same for w in wheels),
+        "same": bool(wheels) and all(w.same for w in wheels),  # nothing compared proves nothing
         "lines": [line for w in wheels for line in (w.line(), *w.members)],
     }

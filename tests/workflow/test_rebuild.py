@@ -30,7 +30,8 @@ def test_a_rebuilt_run_gives_the_same_bytes_in_a_scratch_channel(
     out = capsys.readouterr().out
     data = json.loads(out[out.index('{\n  "run"') :])
     assert code == EXIT_OK and data["same"] is True, data
-    assert data["run"] == run_id and data["channel"] == scratch_channel(run_id)
+    salt = data["rebuild"].rsplit("-", 1)[1]
+    assert data["run"] == run_id and data["channel"] == scratch_channel(run_id, salt)
     (wheel,) = data["wheels"]
     assert wheel["original"] == wheel["rebuilt"] and len(wheel["original"]) == 64 and wheel["members"] == []
     # The rebuild published into its own channel only: the original channel's objects are untouched.
@@ -66,5 +67,5 @@ def test_a_differing_wheel_is_reported_member_by_member() -> None:
     assert Compared("w.whl", "a" * 64, "b" * 64).line().startswith("DIFF w.whl: sha256:aaaa")
     assert Compared("w.whl", None, "b" * 64).line() == "DIFF w.whl: only in the rebuild"
     assert Compared("w.whl", "a" * 64, "a" * 64).same and not Compared("w.whl", None, None).same
-    assert scratch_channel("20261124-070000-ABC_def") == "rebuild-20261124-070000-abc-def"
-    assert len(scratch_channel("x" * 80)) == 63
+    assert scratch_channel("20261124-070000-ABC_def", "a1b2c3") == "rebuild-20261124-070000-abc-def-a1b2c3"
+    assert len(scratch_channel("x" * 80, "a1b2c3")) == 63 and scratch_channel("x" * 80, "a1b2c3").endswith("-a1b2c3")
