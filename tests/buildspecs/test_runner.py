@@ -121,7 +121,21 @@ def moto_endpoint() -> Iterator[str]:
         server.stop()
 
 
-REGIONS = iter(["us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-2", "ca-central-1", "sa-east-1"] * 10)
+# One region (and so one bucket) per test of this module: the moto server is shared.
+REGIONS = iter(
+    [
+        "us-west-2",
+        "eu-west-1",
+        "eu-central-1",
+        "ap-southeast-2",
+        "ca-central-1",
+        "sa-east-1",
+        "us-east-2",
+        "ap-northeast-1",
+        "eu-north-1",
+        "ap-south-1",
+    ]
+)
 
 
 @pytest.fixture
