@@ -82,7 +82,8 @@ def install_engine() -> None:
     print(f"installing docker.io and mmdebstrap from Debian's archive ({', '.join(missing)} missing)", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    packages = ["docker.io", "mmdebstrap"]
+    # Debian 12's versions, pinned like the rootfs's packages (apt checks them against the signed archive)
+    packages = ["docker.io=20.10.24+dfsg1-1+deb12u1+b6", "mmdebstrap=1.3.5-7"]
     subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True, env=env)
 
 
