@@ -29,7 +29,18 @@ from typing import Any
 
 import boto3
 
-from wfbuild import callback, compiler_cache, container, credentials, hostfiles, manifest, reproducible, toolkit
+from wfbuild import (
+    cache_stats,
+    callback,
+    compiler_cache,
+    container,
+    credentials,
+    hostfiles,
+    hostinfo,
+    manifest,
+    reproducible,
+    toolkit,
+)
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
 
@@ -140,7 +151,7 @@ class Job:
         host = render_stages(self.job, work_dir=str(self.work), bundle_dir=str(self.bundle))
         inside = render_stages(self.job) if self.mode == "docker" else host
         image, fatal_failed = "", False
-        problem = platform_problem(self.job["platform"], platform.machine())
+        problem = hostinfo.platform_problem(self.job["platform"], platform.machine())
         if problem:  # a wheel built here would carry this host's architecture, not the job's
             self.log.note(problem)
             self.results.append(self._result(Stage("preflight", [], {}), "failed", time.monotonic(), None, [], problem))
@@ -225,16 +236,16 @@ class Job:
     def limits(self) -> container.Limits:
         """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
         reserve = float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
-        memory = max(1.0, memory_gib() - reserve)
-        return container.Limits(memory_mib=int(memory * 1024), cpus=_cores())
+        memory = max(1.0, hostinfo.memory_gib() - reserve)
+        return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
 
     def cell_slots(self, cells: int) -> tuple[int, int]:
         """(cells at once, MAX_JOBS of each): this host's cores and memory split so nothing swaps."""
         env = self.job.get("env", {})
-        cores = _cores()
+        cores = hostinfo.cores()
         per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
         reserve = float(env.get("WF_RESERVE_GIB") or 4.0)
-        by_memory = max(1, int((memory_gib() - reserve) // per_job))
+        by_memory = max(1, int((hostinfo.memory_gib() - reserve) // per_job))
         compile_jobs = max(1, min(cores, by_memory, int(env.get("MAX_JOBS") or cores)))
         slots = max(1, min(cells, compile_jobs, int(self.environ.get("WF_CELL_SLOTS") or cells)))
         return slots, max(1, compile_jobs // slots)
@@ -306,7 +317,7 @@ class Job:
 
     def _collect_cache_stats(self, stage: Stage) -> None:
         path = self.work / "meta" / "sccache" / f"{stage.name}.json"
-        stats = compiler_cache.read_stats(self.work, path, self.log.note)
+        stats = cache_stats.read_stats(self.work, path, self.log.note)
         if stats is not None and _compiles(stage):
             self.cache_stats.append(stats)
 
@@ -369,10 +380,10 @@ class Job:
         data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
         if self.cache is not None:
             data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
-            self.log.note(compiler_cache.describe(stats))
+            self.log.note(cache_stats.describe(stats))
         elif self.cache_stats:
-            data["compiler_cache"] = stats = compiler_cache.combine(self.cache_stats)
-            self.log.note(compiler_cache.describe(stats))
+            data["compiler_cache"] = stats = cache_stats.combine(self.cache_stats)
+            self.log.note(cache_stats.describe(stats))
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         (self.private / "manifest.json").write_text(text, encoding="utf-8")
         return data
@@ -428,36 +439,6 @@ class Job:
         if self.token:
             self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
         return 1
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def memory_gib() -> float:
-    """This host's memory (MemTotal), 0 when /proc/meminfo cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 1024 / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-
-
-def platform_problem(job_platform: str, machine: str) -> str | None:
-    """Why this host cannot build the job's platform (None: it can)."""
-    host = MACHINES.get(machine.lower(), machine)
-    if host == job_platform:
-        return None
-    return (
-        f"this host is {host}: {job_platform} jobs run on {job_platform} instances "
-        f"(the launch template for {job_platform}); builds are never cross-compiled"
-    )
 
 
 def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | None = None) -> int:

@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from tests.helpers import ROOT
-from wfbuild import compiler_cache
+from wfbuild import cache_stats, compiler_cache
 
 BUNDLE = ROOT / "buildspecs"
 
@@ -132,7 +132,7 @@ def test_the_summary_of_sccaches_json_stats() -> None:
             "not_cached": {"-E": 2},
         },
     }
-    summary = compiler_cache.summary(raw)
+    summary = cache_stats.summary(raw)
     assert (summary["hits"], summary["misses"], summary["hit_rate"]) == (4, 1, 0.8)
     assert summary["per_language"]["CUDA"] == {"hits": 1, "misses": 1} and summary["not_cached"] == {"-E": 2}
 
@@ -164,7 +164,7 @@ def test_a_container_stage_runs_under_its_own_server_and_leaves_its_stats(
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "compiler cache: " in proc.stdout and (work / "src" / "a.o").is_file()
-        stats = compiler_cache.read_stats(work, stats_file, pytest.fail)
+        stats = cache_stats.read_stats(work, stats_file, pytest.fail)
         assert stats is not None
         found.append((stats["hits"], stats["misses"]))
     assert found == [(0, 1), (1, 0)]
@@ -181,7 +181,7 @@ def test_a_container_stage_without_sccache_compiles_directly_and_says_why(tmp_pa
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 3
     assert "no sccache in this image" in proc.stdout
-    assert compiler_cache.read_stats(tmp_path, stats_file, pytest.fail) == {
+    assert cache_stats.read_stats(tmp_path, stats_file, pytest.fail) == {
         "status": "unavailable",
         "detail": "no sccache in this image",
     }
@@ -208,18 +208,18 @@ def test_stats_of_several_servers_add_up_and_a_tampered_file_is_only_a_note(tmp_
         "per_language": {"C/C++": {"hits": 2, "misses": 0}, "CUDA": {"hits": 1, "misses": 0}},
         "not_cached": {},
     }
-    total = compiler_cache.combine([one, two, {"status": "unavailable", "detail": "x"}])
+    total = cache_stats.combine([one, two, {"status": "unavailable", "detail": "x"}])
     assert (total["compile_requests"], total["hits"], total["misses"], total["hit_rate"]) == (7, 4, 2, 0.667)
     assert total["per_language"] == {"C/C++": {"hits": 3, "misses": 2}, "CUDA": {"hits": 1, "misses": 0}}
     assert total["servers"] == 3 and total["errors"] == 1 and total["not_cached"] == {"linking": 1}
     bad = tmp_path / "build-z.json"
     bad.write_text('{"status": "used", "hits": "lots"}')  # the build wrote over its own stats
     notes: list[str] = []
-    assert compiler_cache.read_stats(tmp_path, bad, notes.append) is None and "unreadable" in notes[0]
+    assert cache_stats.read_stats(tmp_path, bad, notes.append) is None and "unreadable" in notes[0]
     # A link the build planted to a host file is refused, and nothing of the host file comes back.
     secret = tmp_path.parent / f"{tmp_path.name}-host-secret.json"
     secret.write_text('{"status": "unavailable", "detail": "HOST SECRET"}')
     link = tmp_path / "meta" / "sccache" / "build-l.json"
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(secret)
-    assert compiler_cache.read_stats(tmp_path, link, notes.append) is None and "refused" in notes[-1]
+    assert cache_stats.read_stats(tmp_path, link, notes.append) is None and "refused" in notes[-1]

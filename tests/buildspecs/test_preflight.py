@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wfbuild.envs import cuda_problem
-from wfbuild.runner import platform_problem
+from wfbuild.hostinfo import platform_problem
 
 
 @pytest.mark.parametrize(

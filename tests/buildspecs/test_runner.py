@@ -406,7 +406,7 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
 ) -> None:
     """A job that wants the stack's cache: in the image, each compile stage (and only those) runs under
     ``python3 -m wfbuild.compiler_cache`` (its own server: the container's), whose stats the runner adds up."""
-    from wfbuild import compiler_cache
+    from wfbuild import cache_stats, compiler_cache
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -444,9 +444,9 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
     manifest = json.loads(aws.s3.get_object(Bucket=aws.bucket, Key=f"{prefix}manifest.json")["Body"].read())
     stats = manifest["compiler_cache"]
     work = tmp_path / "work"
-    assert stats == compiler_cache.read_stats(work, work / "meta" / "sccache" / f"{build}.json", pytest.fail)
+    assert stats == cache_stats.read_stats(work, work / "meta" / "sccache" / f"{build}.json", pytest.fail)
     assert stats["status"] in ("used", "unavailable")  # no job role here: the server may find no credentials
-    assert compiler_cache.describe(stats) in (tmp_path / "work" / "build.log").read_text()
+    assert cache_stats.describe(stats) in (tmp_path / "work" / "build.log").read_text()
     assert aws.finished(execution)["status"] == "FAILED"
 
 
