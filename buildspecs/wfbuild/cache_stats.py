@@ -102,9 +102,10 @@ def read_stats(work: Path, path: Path, note: Callable[[str], None]) -> dict[str,
                 "not_cached": {str(k)[:80]: int(v) for k, v in list((raw.get("not_cached") or {}).items())[:20]},
             }
         ])  # fmt: skip
+    except hostfiles.Missing:  # the stage ended before its server wrote them
+        return None
     except hostfiles.UnsafeFile as exc:
-        if not isinstance(exc.__cause__, FileNotFoundError):
-            note(f"compiler cache stats refused: {exc}")
+        note(f"compiler cache stats refused: {exc}")
         return None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         note(f"compiler cache stats {path.name} unreadable: {exc}")

@@ -149,7 +149,7 @@ def ensure_image(
     """Pull the builder image, else build it (and push it when there is a repository)."""
     provisioned = env.get("WF_BUILDER_IMAGE", "")
     if provisioned:  # a host whose builder image was made beforehand (the Docker test bed's)
-        if subprocess.run(["docker", "image", "inspect", provisioned], env=dict(env), capture_output=True).returncode:
+        if image_id(provisioned, env) is None:
             raise RuntimeError(f"WF_BUILDER_IMAGE={provisioned} is not an image on this host")
         runner.log.note(f"builder image {provisioned} (WF_BUILDER_IMAGE; not built from {job['image']['recipe']})")
         return provisioned

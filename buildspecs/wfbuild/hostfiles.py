@@ -20,6 +20,10 @@ class UnsafeFile(Exception):
     """A file of the build's that the runner refuses: a link, not a regular file, outside, too large."""
 
 
+class Missing(UnsafeFile):
+    """No such file: for a caller where absent is an answer, not a refusal."""
+
+
 def private_dir(work: Path) -> Path:
     """``<work>.runner``: beside the job's folder, never mounted into a container, only root's."""
     folder = Path(f"{work}.runner")
@@ -38,6 +42,8 @@ def open_inside(work: Path, path: Path, limit: int | None = None) -> BinaryIO:
     """``path`` (in the job's folder) opened for reading, or UnsafeFile; the caller closes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise Missing(f"{path}: no such file") from exc
     except OSError as exc:  # ELOOP: the last component is a link
         raise UnsafeFile(f"{path}: {exc.strerror or exc}") from exc
     try:

@@ -122,12 +122,11 @@ def provisioned_base(environ: Mapping[str, str], log: BuildLog) -> tuple[str, st
     base = environ.get("WF_RUNTIME_BASE_IMAGE", "")
     if not base:
         return None
-    argv = ["docker", "image", "inspect", "--format", "{{.Id}}", base]
-    proc = subprocess.run(argv, env=dict(environ), capture_output=True, text=True)
-    if proc.returncode != 0:
+    found = container.image_id(base, environ)
+    if found is None:
         raise runtime_image.ImageJobFailed(f"WF_RUNTIME_BASE_IMAGE={base} is not an image on this host")
     log.note(f"runtime base {base} (WF_RUNTIME_BASE_IMAGE; not the recipe's pinned base)")
-    return base, proc.stdout.strip()
+    return base, found
 
 
 def run(environ: Mapping[str, str], clients: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -233,10 +233,13 @@ class Job:
         status = self._run_one(stage_host, stage_in, image, extra or {})
         return fatal_failed or (status != "succeeded" and stage_host.fatal)
 
+    def _spare_gib(self) -> float:
+        """This host's memory less what the runner keeps for itself (WF_RESERVE_GIB, default 4)."""
+        return hostinfo.memory_gib() - float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
+
     def limits(self) -> container.Limits:
         """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
-        reserve = float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
-        memory = max(1.0, hostinfo.memory_gib() - reserve)
+        memory = max(1.0, self._spare_gib())
         return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
 
     def cell_slots(self, cells: int) -> tuple[int, int]:
@@ -244,8 +247,7 @@ class Job:
         env = self.job.get("env", {})
         cores = hostinfo.cores()
         per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
-        reserve = float(env.get("WF_RESERVE_GIB") or 4.0)
-        by_memory = max(1, int((hostinfo.memory_gib() - reserve) // per_job))
+        by_memory = max(1, int(self._spare_gib() // per_job))
         compile_jobs = max(1, min(cores, by_memory, int(env.get("MAX_JOBS") or cores)))
         slots = max(1, min(cells, compile_jobs, int(self.environ.get("WF_CELL_SLOTS") or cells)))
         return slots, max(1, compile_jobs // slots)
@@ -316,9 +318,10 @@ class Job:
         return compiler_cache.stage_argv(f"/work/meta/sccache/{stage.name}.json", stage.argv, _wraps(stage))
 
     def _collect_cache_stats(self, stage: Stage) -> None:
-        path = self.work / "meta" / "sccache" / f"{stage.name}.json"
-        stats = cache_stats.read_stats(self.work, path, self.log.note)
-        if stats is not None and _compiles(stage):
+        if not _compiles(stage):  # only compile stages ran under a server (_cached)
+            return
+        stats = cache_stats.read_stats(self.work, self.work / "meta" / "sccache" / f"{stage.name}.json", self.log.note)
+        if stats is not None:
             self.cache_stats.append(stats)
 
     def _result(
@@ -346,10 +349,8 @@ class Job:
         def read(path: Path) -> str | None:
             try:
                 return hostfiles.read_inside(self.work, path, 1 << 20).decode("utf-8")
-            except hostfiles.UnsafeFile as exc:
-                if isinstance(exc.__cause__, FileNotFoundError):
-                    return None
-                raise
+            except hostfiles.Missing:
+                return None
 
         try:
             self.sources[package] = manifest.sources(self.job, self.work / "meta", read)[package]
@@ -367,7 +368,7 @@ class Job:
             data: dict[str, Any] = json.loads(hostfiles.read_inside(self.work, self.work / "manifest.json"))
             data["stages"] = [{k: v for k, v in r.items() if k != "log_tail"} for r in self.results]
         except hostfiles.UnsafeFile as exc:
-            if isinstance(exc.__cause__, FileNotFoundError) and self.mode == "none":
+            if isinstance(exc, hostfiles.Missing) and self.mode == "none":
                 data = manifest.build_manifest(self.work)  # host mode: the manifest stage did not run
             else:  # a planted link, a giant, or no manifest in a tree that is the build's: trust none of it
                 self.log.note(f"no manifest from the job: {exc}")

@@ -35,7 +35,6 @@ class Verdict:
 def public_key_pem(farm: Farm) -> bytes:
     """The stack's provenance key as PEM (KMS GetPublicKey returns DER SubjectPublicKeyInfo)."""
     from botocore.exceptions import BotoCoreError, ClientError
-    from cryptography.hazmat.primitives import serialization
 
     arn = farm.outputs.get("ProvenanceKeyArn")
     if not arn:
@@ -44,6 +43,13 @@ def public_key_pem(farm: Farm) -> bytes:
         der = farm.client("kms").get_public_key(KeyId=arn)["PublicKey"]
     except (ClientError, BotoCoreError) as exc:
         raise aws_problem(exc) from None
+    return pem_of(der)
+
+
+def pem_of(der: bytes) -> bytes:
+    """KMS GetPublicKey's DER SubjectPublicKeyInfo as the PEM `--public-key` reads."""
+    from cryptography.hazmat.primitives import serialization
+
     key = serialization.load_der_public_key(der)
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 

@@ -28,14 +28,15 @@ from urllib.parse import urljoin
 
 from wheelfoundry_cli.index_server import serving
 
+from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user.failures import execution_failure, run_failures
+from wheelfoundry_user.verify import pem_of
 
 from .progress import Progress
 from .session import EmbeddedAws, ExecutionResult
 
 SKIP = re.compile(r"(^|/)(__pycache__|build|dist|\.pytest_cache|[^/]*\.egg-info)(/|$)|\.(so|pyc)$")
 Print = Callable[[str], None]
-PROVENANCE = ".provenance.json"  # wheelfoundry.provenance.SUFFIX: the signed statement beside each wheel
 ZIP_EPOCH = 315532800  # 1980-01-01: no wheel entry can be older (wfbuild.reproducible clamps to it too)
 
 
@@ -183,23 +184,18 @@ def copy_published(base: str, channel: str, project: str, dist: Path, out: Print
         (dist / wheel.filename).write_bytes(data)
         out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
         try:  # the signed provenance beside it (`wheelfoundry verify`)
-            envelope = urllib.request.urlopen(wheel.url.split("#", 1)[0] + PROVENANCE).read()  # noqa: S310
+            envelope = urllib.request.urlopen(wheel.url.split("#", 1)[0] + SUFFIX).read()  # noqa: S310
         except OSError:
             out(f"  {wheel.filename}: no signed provenance")
             continue
-        (dist / (wheel.filename + PROVENANCE)).write_bytes(envelope)
+        (dist / (wheel.filename + SUFFIX)).write_bytes(envelope)
     return wheels
 
 
 def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> Path:
     """The stack's provenance key as PEM beside the wheels: verify them after the emulator is gone."""
-    from cryptography.hazmat.primitives import serialization
-
     der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
-    pem = serialization.load_der_public_key(der).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    (dist / "wheelfoundry-provenance.pem").write_bytes(pem)
+    (dist / "wheelfoundry-provenance.pem").write_bytes(pem_of(der))
     return dist / "wheelfoundry-provenance.pem"
 
 
