@@ -8,6 +8,7 @@ x 2 CUDA x 3 Python is 2 jobs (one per CUDA toolkit), not 18.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -80,7 +81,11 @@ def plan_extension(
         cuda = None if cuda_spec == "cpu" else cuda_spec
         accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
-            cells = cells_for(request, catalog, cuda, platform)
+            index_url = TORCH_INDEX.format(variant=variant(accelerator, cuda)) if request.torch_index == "pytorch" else None
+            cells = tuple(
+                dataclasses.replace(c, cuda=cuda, torch_index_url=index_url)
+                for c in cells_for(request, catalog, cuda, platform)
+            )
             if not cells:
                 continue
             tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
@@ -111,11 +116,12 @@ def plan_extension(
                 source_git=source.git,
                 source_ref=source.ref,
                 subdirectory=source.subdirectory,
-                torch_index_url=TORCH_INDEX.format(variant=label) if request.torch_index == "pytorch" else None,
+                torch_index_url=index_url,
                 cells=cells,
                 layout=request.layout,
                 require_all_cells=request.require_all_cells,
-                label_wheels=request.layout == "merged" or request.local_version,
+                # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
+                label_wheels=request.layout != "per-cell" or request.local_version,
                 parallel_cells=parallel,
             )
             pythons = tuple(dict.fromkeys(c.python for c in cells))

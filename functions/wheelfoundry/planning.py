@@ -13,6 +13,7 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
+from wheelfoundry.testjobs import plan_tests, without_gpu_tests
 from wheelfoundry.gpu_tests import gpu_guardrail_issues, with_gpu_tests
 from wheelfoundry.image_jobs import guardrail_issues as image_guardrail_issues
 from wheelfoundry.image_jobs import plan_images
@@ -214,9 +215,11 @@ def plan_request(
     ]
     jobs, gpu_notes = with_gpu_tests(jobs, config)
     notes += gpu_notes
+    tests = assign_all(plan_tests(jobs, config), config)  # the published bytes, after Merge
+    jobs = without_gpu_tests(jobs)
     images = plan_images(request, jobs, config)
     issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
     issues += gpu_guardrail_issues(jobs, config)
     if issues:
         raise GuardrailExceeded(issues)
-    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images)
+    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images, tests=tests)
