@@ -81,7 +81,9 @@ def plan_extension(
         cuda = None if cuda_spec == "cpu" else cuda_spec
         accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
-            index_url = TORCH_INDEX.format(variant=variant(accelerator, cuda)) if request.torch_index == "pytorch" else None
+            index_url = (
+                TORCH_INDEX.format(variant=variant(accelerator, cuda)) if request.torch_index == "pytorch" else None
+            )
             cells = tuple(
                 dataclasses.replace(c, cuda=cuda, torch_index_url=index_url)
                 for c in cells_for(request, catalog, cuda, platform)

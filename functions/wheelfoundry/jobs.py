@@ -186,12 +186,12 @@ class Plan:
 
     @property
     def hours(self) -> float:
-        spent = [*self.jobs, *self.tests, *self.images]
+        spent: list[Job | ImageJob] = [*self.jobs, *self.tests, *self.images]
         return round(sum(j.estimate.hours for j in spent), 2)
 
     @property
     def usd(self) -> float:
-        spent = [*self.jobs, *self.tests, *self.images]
+        spent: list[Job | ImageJob] = [*self.jobs, *self.tests, *self.images]
         return round(sum(j.estimate.usd for j in spent), 2)
 
     def summary(self) -> dict[str, Any]:

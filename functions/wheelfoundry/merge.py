@@ -69,7 +69,9 @@ def path_loaded(paths: Sequence[str]) -> list[str]:
     over EXTENSION_SUFFIXES): moved, it is not found; left, it serves one build only.
     """
     return sorted(
-        p for p in paths if SHARED_LIBRARY.search(p) and not MODULE.match(p) and not p.split("/", 1)[0].endswith(".libs")
+        p
+        for p in paths
+        if SHARED_LIBRARY.search(p) and not MODULE.match(p) and not p.split("/", 1)[0].endswith(".libs")
     )
 
 

@@ -13,7 +13,6 @@ from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
 from wheelfoundry.extensions import plan_extension
-from wheelfoundry.testjobs import plan_tests, without_gpu_tests
 from wheelfoundry.gpu_tests import gpu_guardrail_issues, with_gpu_tests
 from wheelfoundry.image_jobs import guardrail_issues as image_guardrail_issues
 from wheelfoundry.image_jobs import plan_images
@@ -23,6 +22,7 @@ from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
 from wheelfoundry.targets import target_id, variant
+from wheelfoundry.testjobs import plan_tests, without_gpu_tests
 
 
 def _pin(

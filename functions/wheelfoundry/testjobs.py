@@ -19,7 +19,7 @@ import dataclasses
 from collections import defaultdict
 
 from wheelfoundry.config import FarmConfig
-from wheelfoundry.jobs import CellSpec, Estimate, ExtensionSpec, Job, PackagePin, SmokeSpec
+from wheelfoundry.jobs import CellSpec, Estimate, Job, PackagePin, SmokeSpec
 from wheelfoundry.sizing import choose_instance, ec2_usd_per_hour
 
 TEST_KIND = "test"
@@ -40,7 +40,7 @@ def plan_tests(builds: tuple[Job, ...], config: FarmConfig) -> tuple[Job, ...]:
     """One test job per (Python, platform) of the extension jobs ``builds``; none for a framework run."""
     groups: dict[tuple[str, str], list[tuple[Job, CellSpec]]] = defaultdict(list)
     for job in builds:
-        for cell in (job.extension.cells if job.kind == "extension" and job.extension else ()):
+        for cell in job.extension.cells if job.kind == "extension" and job.extension else ():
             groups[(cell.python, job.platform)].append((job, cell))
     tests = []
     for (python, platform), members in sorted(groups.items()):
@@ -63,7 +63,9 @@ def plan_tests(builds: tuple[Job, ...], config: FarmConfig) -> tuple[Job, ...]:
             variant="test",
             python=(python,),
             packages=(PackagePin(pin.name, pin.version, pin.repo, pin.ref, "git", None, (python,)),),
-            image=next(j.image for j, _ in members if not j.cuda) if any(not j.cuda for j, _ in members) else first.image,
+            image=next(j.image for j, _ in members if not j.cuda)
+            if any(not j.cuda for j, _ in members)
+            else first.image,
             instance=instance,
             env={},
             requirements=(),

@@ -64,6 +64,12 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
     return list(found.values()), [c for c in cells if c not in found]
 
 
+def variant_of(cell: dict[str, Any]) -> str:
+    """``torch-2.13.0+cpu``, ``torch-2.11.0+cu130``: the (torch, CUDA) pair a wheel serves, as PyG's index names it."""
+    cuda = cell.get("cuda")
+    return f"torch-{cell['torch_version']}+{'cu' + str(cuda).replace('.', '') if cuda else 'cpu'}"
+
+
 def _where(contract: dict[str, Any]) -> dict[str, Any]:
     name = (contract.get("extension") or {}).get("name", "")
     return {"platform": contract.get("platform"), "cuda": contract.get("cuda"), "project": name}
@@ -114,7 +120,9 @@ def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         try:
             if missing and run.get("require_all_cells"):
-                raise MergeConflict(f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}")
+                raise MergeConflict(
+                    f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}"
+                )
             local = _download(s3, bucket, Path(tmp), cells)
             files = [f for path in local.values() for f in _files(path)]
             out["layout"], out["layout_reason"] = choose_layout(str(run.get("layout") or "auto"), files)
@@ -136,9 +144,7 @@ def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[
     return out
 
 
-def _download(
-    s3: Any, bucket: str, tmp: Path, cells: list[tuple[dict[str, Any], str]]
-) -> dict[str, Path]:
+def _download(s3: Any, bucket: str, tmp: Path, cells: list[tuple[dict[str, Any], str]]) -> dict[str, Path]:
     """Each cell wheel, its bytes checked against its job's manifest."""
     local = {}
     for cell, key in cells:
@@ -173,7 +179,8 @@ def _stage_cells(
         key = f"{test['prefix']}staged/{path.name}"
         _put(s3, bucket, path, key, cell["sha256"])
         entry = {"filename": path.name, "key": key, "sha256": cell["sha256"], "size": path.stat().st_size}
-        out["wheels"].append({**entry, "test_job": test["id"], "cells": [cell["id"]], "builds": [cell["build_id"]]})
+        entry |= {"test_job": test["id"], "cells": [cell["id"]], "builds": [cell["build_id"]]}
+        out["wheels"].append({**entry, "variants": [variant_of(cell)]})
 
 
 def _stage_merged(
@@ -208,5 +215,6 @@ def _stage_merged(
                 "cells": [c["id"] for c in members],
                 "builds": list(merged.builds),
                 "requires_torch": merged.requires_torch,
+                "variants": sorted({variant_of(c) for c in members}),
             }
         )

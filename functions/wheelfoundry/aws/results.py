@@ -99,7 +99,7 @@ def allowed_projects(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> 
         raise ManifestInvalid(f"{job['id']}: cannot read the job contract s3://{bucket}/{key}: {exc}") from exc
 
 
-def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[str, str] | None:
+def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """A test job's wheels as Merge staged them (merge.json, outside the job's prefix); None for a build job.
 
     The test host runs the package's code and can write its own prefix: only the bytes Merge wrote publish.
@@ -110,7 +110,7 @@ def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[st
         merge = json.loads(s3.get_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/merge.json")["Body"].read())
     except (ClientError, ValueError) as exc:
         raise ManifestInvalid(f"{job['id']}: cannot read what Merge staged: {exc}") from exc
-    return {w["filename"]: w["sha256"] for w in merge.get("wheels", []) if w.get("test_job") == job["id"]}
+    return {w["filename"]: w for w in merge.get("wheels", []) if w.get("test_job") == job["id"]}
 
 
 def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
@@ -151,9 +151,11 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         metadata_key = wheel.get("metadata_key")
         if metadata_key:
             metadata_key = _expect_key(job["id"], "metadata_key", metadata_key, f"{source}.metadata")
-        if staged is not None and staged.get(filename) != sha:
+        if staged is not None and (staged.get(filename) or {}).get("sha256") != sha:
             raise ManifestInvalid(f"{job['id']}: {filename} (sha256 {sha}) is not a wheel Merge staged for this test")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
+        if staged is not None:  # which (torch, CUDA) indexes list it: Merge's record, not the test host's
+            metadata["wf-variants"] = ",".join(staged[filename].get("variants") or [])
         checked.append((filename, source, sha, project, metadata_key, version, metadata))
     # A GPU test comes first (options.gpu_test): check now, publish in the "publish" phase after it passed.
     held = bool(job.get("gpu_test")) and event.get("phase") != "publish"
