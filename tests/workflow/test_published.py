@@ -7,6 +7,7 @@ passed reaches the channel and is signed. Real builds on this host against torch
 
 from __future__ import annotations
 
+import json
 import subprocess
 import zipfile
 from pathlib import Path
@@ -16,21 +17,29 @@ from wheelfoundry_cli.index_server import serving
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, source, upload
 from tests.workflow.test_merged import user_venv
 from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_user.failures import render, run_failures
 
 ROOT = Path(__file__).resolve().parents[2]
 PATHLOAD = ROOT / "tests" / "fixtures" / "pathload_ext"
 # The cell wheel finds its module by path, as a FileFinder over EXTENSION_SUFFIXES does: it imports in the
 # cell's smoke test, and not from a merged wheel, where the module moved to <dist>.wfbuilds/.
-BY_PATH_INIT = '''import glob, os
+BY_PATH_INIT = """import glob, os
 _here = os.path.dirname(__file__)
 if not glob.glob(os.path.join(_here, "_core.*.so")):
     raise ImportError(f"Could not find module '_core' in {_here}")
 from wf_tiny_ext._core import add
-'''
+"""
 
 
 def _run_id(arn: str) -> str:
     return arn.rsplit(":", 1)[1]
+
+
+def _get_json(aws: EmbeddedAws, bucket: str, key: str) -> object:
+    try:
+        return json.loads(aws.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except Exception:  # absent: what the CLI's reader returns too
+        return None
 
 
 def _test_log(aws: EmbeddedAws, stack: DeployedStack, arn: str, job: str) -> str:
@@ -95,12 +104,16 @@ def test_a_merged_wheel_whose_import_fails_is_neither_published_nor_signed(
     assert result.status == "FAILED" and result.error == "JobsFailed"
     # The build tool's line: the job, the stage, the cause (the wheel, the cell, the ImportError), the log.
     assert "wf-tiny-ext-test-cp311-x86_64" in (result.cause or "")
-    assert "Could not find module '_core'" in (result.cause or "")
     run_id = _run_id(result.arn)
     report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    bucket = stack.outputs["WheelBucketName"]
+    shown = "\n".join(render(run_failures(lambda key: _get_json(aws, bucket, key), run_id), bucket))
+    assert "wf-tiny-ext-test-cp311-x86_64: BuildFailed at stage test-torch2.1" in shown, shown
+    assert "PUBLISHED WHEEL FAILED: wf_tiny_ext-0.1.0-cp311-cp311-manylinux" in shown, shown
+    assert "check 'import wf_tiny_ext': ImportError: Could not find module '_core'" in shown, shown
+    assert f"log: s3://{bucket}/runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/build.log" in shown
     assert report["layout"]["chosen"] == "merged"
-    (failed,) = [f for f in report["failed"] if f["job_id"] == "wf-tiny-ext-test-cp311-x86_64"]
-    assert "PUBLISHED WHEEL FAILED: wf_tiny_ext-0.1.0-cp311-cp311-manylinux" in failed["cause"]
+    assert [f["job_id"] for f in report["failed"]] == ["wf-tiny-ext-test-cp311-x86_64"]
     # The cells passed their own smoke tests: the merged bytes are what failed, and nothing of them went out.
     build = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-cpu-x86_64/manifest.json")
     assert [w["smoke"] for w in build["wheels"]] == ["passed", "passed"]
@@ -125,7 +138,9 @@ def test_an_explicit_merged_layout_that_cannot_serve_the_package_publishes_nothi
     assert len(launched_by(aws, result.arn)) == 1  # the build; no test job started
 
 
-def test_a_merged_wheel_that_passed_is_what_users_install(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+def test_a_merged_wheel_that_passed_is_what_users_install(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
     uri = upload(aws, stack, source(tmp_path))
     result = run(aws, stack, extension_request(uri, torch=["2.13", "2.14"]), timeout=900)
     assert result.succeeded, (result.error, result.cause)

@@ -115,7 +115,8 @@ def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[
         found, lost = built_cells(s3, bucket, job)
         cells += found
         missing += lost
-    out: dict[str, Any] = {"status": "succeeded", "layout": None, "layout_reason": "", "wheels": [], "test_jobs": []}
+    out: dict[str, Any] = {"status": "succeeded", "error": None, "layout": None, "layout_reason": "", "wheels": []}
+    out["test_jobs"] = []
     out["missing_cells"] = sorted(missing)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         try:
