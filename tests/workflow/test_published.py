@@ -160,3 +160,20 @@ def test_a_merged_wheel_that_passed_is_what_users_install(
     with zipfile.ZipFile(wheel) as zf:
         assert any(n.startswith("wf_tiny_ext.wfbuilds/torch2.14-cpu/") for n in zf.namelist())
     assert f"{key}.provenance.json" in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/")
+
+
+def test_a_failed_merge_tests_publishes_and_signs_nothing(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, source(tmp_path))
+    aws.faults.inject("MergeFunction", "Boom")  # the Merge state's Catch: straight to Attest, nothing staged
+    result = run(aws, stack, extension_request(uri), timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    assert "merge: Boom" in (result.cause or ""), result.cause
+    run_id = _run_id(result.arn)
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    assert report["provenance"].get("signed") == [] and s3_keys(aws, stack, "wheels/ci/") == []
+    assert s3_keys(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/") == [
+        f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/job.json"  # planned, never started
+    ]
+    assert [i["State"]["Name"] for i in launched_by(aws, result.arn)] == ["terminated"]
