@@ -79,9 +79,12 @@ class Keyring:
         Raises ProvenanceInvalid for an envelope that is not one (or not of our payload type), and
         Unverified when no signature verifies with any trusted key.
         """
-        from securesystemslib.dsse import Envelope
-        from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
-        from securesystemslib.signer import SSlibKey
+        try:
+            from securesystemslib.dsse import Envelope
+            from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
+            from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # public, no __all__
+        except ImportError:
+            raise UserError("checking provenance needs securesystemslib: pip install 'wheelfoundry[cli]'") from None
 
         try:
             raw = json.loads(data)
@@ -99,7 +102,9 @@ class Keyring:
                     continue
                 return envelope.payload, key
         signers = ", ".join(envelope.signatures) or "none"
-        raise Unverified(f"signature does not verify with any trusted key (signed by {signers}; trusted: {self.describe()})")
+        raise Unverified(
+            f"signature does not verify with any trusted key (signed by {signers}; trusted: {self.describe()})"
+        )
 
 
 class Unverified(Exception):
@@ -133,7 +138,9 @@ def remembered(stack: str, arn: str) -> list[TrustedKey]:
     for path in sorted(_folder(stack, arn).glob("*.json")):
         try:
             record = json.loads(path.read_text())
-            found.append(TrustedKey(record["public_key_pem"].encode(), f"cached key {record['keyid']}", record["keyid"]))
+            found.append(
+                TrustedKey(record["public_key_pem"].encode(), f"cached key {record['keyid']}", record["keyid"])
+            )
         except (OSError, ValueError, KeyError):
             continue  # a damaged cache entry is no key, not a crash
     return found

@@ -144,6 +144,7 @@ def test_a_wheel_rewritten_with_its_index_is_refused_by_fetch_and_by_the_proxy(
     # Before: both verify and install.
     code, out, err = wf(aws, capsys, "fetch", CHANNEL, "--dest", str(tmp_path / "before"))
     assert code == 0, err
+    assert [line.split()[-1] for line in out.splitlines() if line.startswith("wf_signed_")] == ["signed", "signed"]
     assert sorted(p.name for p in (tmp_path / "before").iterdir()) == sorted(
         [good, f"{good}{provenance.SUFFIX}", evil, f"{evil}{provenance.SUFFIX}"]
     )
@@ -151,7 +152,7 @@ def test_a_wheel_rewritten_with_its_index_is_refused_by_fetch_and_by_the_proxy(
     digest = rewrite_consistently(aws, stack, evil)
 
     dest = tmp_path / "after"
-    code, out, err = wf(aws, capsys, "fetch", CHANNEL, "--dest", str(dest))
+    code, _, err = wf(aws, capsys, "fetch", CHANNEL, "--dest", str(dest))
     assert code == 1
     refusal = next(line for line in err.splitlines() if line.startswith("REFUSED"))
     assert refusal.startswith(f"REFUSED {evil}: sha256:{digest} of this wheel is not the statement's subject"), err
