@@ -1,10 +1,11 @@
 """`wheelfoundry verify` and `wheelfoundry public-key`: check a wheel against its signed provenance.
 
-A wheel passes when (1) one signature of its DSSE envelope verifies, with the stack's public key, over
-DSSE's pre-authentication encoding of the statement; (2) the wheel's own sha256 is the statement's
-subject, under the wheel's file name; (3) what the user expects (``--source``, ``--request``) is
-what the statement says was built. The public key comes from KMS GetPublicKey on the stack's
-ProvenanceKeyArn, or from a PEM file (``public-key`` saves one), so verification works offline.
+A wheel passes when (1) one signature of its DSSE envelope verifies with a trusted key
+(wheelfoundry_user.trust: the stack's KMS key and the ones cached before it, or the PEM files named)
+over DSSE's pre-authentication encoding of the statement, checked by securesystemslib; (2) the
+wheel's own sha256 is the statement's subject, under the wheel's file name; (3) what the user expects
+(``--source``, ``--builder``, ``--request``) is what the statement says was built. `fetch` and
+`index serve` run the same checks (check_digest) before a wheel reaches the user.
 """
 
 from __future__ import annotations
