@@ -16,6 +16,8 @@ import json
 import logging
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,10 @@ from wheelfoundry_user.verify import pem_of
 CHANNEL, RUN = "ci", "signed-1"
 
 
-def make_wheel(name: str, body: str) -> tuple[str, bytes, bytes]:
+def make_wheel(name: str, body: str, extra: str = "") -> tuple[str, bytes, bytes]:
     """(file name, wheel bytes, METADATA bytes) of an installable pure-Python wheel."""
     dist = f"{name}-0.1.0.dist-info"
-    metadata = f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.1.0\n".encode()
+    metadata = f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 0.1.0\n{extra}".encode()
     files = {
         f"{name}/__init__.py": body.encode(),
         f"{dist}/METADATA": metadata,
@@ -122,13 +124,14 @@ def published(
 def rewrite_consistently(aws: EmbeddedAws, stack: DeployedStack, filename: str) -> str:
     """The insider's change: other bytes under the same name, then the index made to agree with them."""
     s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
-    name, body, metadata = make_wheel("wf_signed_evil", "import os\nVALUE = 2  # not what was built\n")
+    name, body, metadata = make_wheel("wf_signed_evil", "VALUE = 2  # not what was built\n", "Summary: rewritten\n")
     assert name == filename
-    put_wheel(s3, bucket, filename, body, metadata + b"Summary: rewritten\n")
+    put_wheel(s3, bucket, filename, body, metadata)  # its PEP 658 file is the new wheel's METADATA
     invoke(aws, stack, "PublishIndexFunction", {"run": {"bucket": bucket, "channel": CHANNEL}})
     page = s3.get_object(Bucket=bucket, Key=f"simple/{CHANNEL}/wf-signed-evil/")["Body"].read().decode()
     digest = hashlib.sha256(body).hexdigest()
     assert f"#sha256={digest}" in page  # the index now vouches for the new bytes
+    assert f'data-core-metadata="sha256={hashlib.sha256(metadata).hexdigest()}"' in page
     return digest
 
 
@@ -172,6 +175,14 @@ def test_a_wheel_rewritten_with_its_index_is_refused_by_fetch_and_by_the_proxy(
         installed = pip_install(index, "wf-signed-good", tmp_path / "t-good")
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert (tmp_path / "t-good" / "wf_signed_good" / "__init__.py").read_text() == "VALUE = 1\n"
+        # pip resolves dependencies from the PEP 658 file before it downloads a wheel: one that is not the
+        # signed wheel's METADATA (here: a dependency added) is refused too.
+        s3, key = aws.client("s3"), published["keys"][good]
+        meta = s3.get_object(Bucket=stack.outputs["WheelBucketName"], Key=f"{key}.metadata")["Body"].read()
+        s3.put_object(Bucket=stack.outputs["WheelBucketName"], Key=f"{key}.metadata", Body=meta + b"Requires-Dist: x\n")
+        with pytest.raises(urllib.error.HTTPError) as metadata_refused:
+            urllib.request.urlopen(f"{base}/{key}.metadata")
+        assert metadata_refused.value.code == 403
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("REFUSED")]
     assert any(f"{evil}" in m and "is not the statement's subject" in m for m in logged), logged
     # Without verification the proxy would have served it: the check above is what refused it.
