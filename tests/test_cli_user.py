@@ -168,9 +168,7 @@ def test_index_list_and_fetch_check_sha256_against_the_index(
     stack: DeployedStack,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("WHEELFOUNDRY_CACHE", str(tmp_path / "key-cache"))
     s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
     body = b"PK\x05\x06" + b"\0" * 18  # an empty zip: fetch checks bytes, not contents
     digest = hashlib.sha256(body).hexdigest()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -19,7 +19,7 @@ from wheelfoundry.aws.attest import state_machine_arn
 from wheelfoundry.index import IndexFile, render_project
 from wheelfoundry_local.iam_policy import Request, decide
 from wheelfoundry_user.trust import Keyring, TrustedKey
-from wheelfoundry_user.verify import check
+from wheelfoundry_user.verify import check, keyring
 
 WHEEL = b"PK\x03\x04 not really a wheel, but bytes with a sha256" * 20
 NAME = "wf_example_ops-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -120,6 +120,46 @@ def test_an_earlier_key_still_verifies_when_it_is_trusted_too() -> None:
     verdict = check(NAME, WHEEL, envelope, _public(new, old))
     assert verdict.ok, verdict.reason
     assert f"key {TrustedKey(_pem(old), 'old').fingerprint[:12]}" in verdict.reason
+
+
+class _Stack:
+    """What keyring() reads of a deployed stack: its key ARN output and KMS GetPublicKey."""
+
+    def __init__(self, name: str, arn: str, key: ec.EllipticCurvePrivateKey) -> None:
+        self.stack, self.outputs = name, {"ProvenanceKeyArn": arn}
+        self.der = key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+    def client(self, service: str) -> Any:
+        assert service == "kms"
+        return self
+
+    def get_public_key(self, KeyId: str) -> dict[str, bytes]:  # boto3 spells it KeyId
+        assert KeyId == self.outputs["ProvenanceKeyArn"]
+        return {"PublicKey": self.der}
+
+
+def test_a_key_seen_before_the_stack_replaced_it_still_verifies_what_it_signed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("WHEELFOUNDRY_CACHE", str(tmp_path))
+    old, new = _key(), _key()
+    envelope = _signed(old)
+    before = keyring(cast(Any, _Stack("wheelfoundry", "arn:aws:kms:us-east-1:1:key/old", old)), [])
+    assert check(NAME, WHEEL, envelope, before).ok
+    after = keyring(cast(Any, _Stack("wheelfoundry", "arn:aws:kms:us-east-1:1:key/new", new)), [])
+    assert len(after.keys) == 2 and check(NAME, WHEEL, envelope, after).ok  # the cached one still counts
+    # Another stack (or the same name in another account) has its own cache: the old key is not its.
+    for other in (
+        _Stack("other", "arn:aws:kms:us-east-1:1:key/new", new),
+        _Stack("wheelfoundry", "arn:aws:kms:us-east-1:2:key/new", new),
+    ):
+        assert not check(NAME, WHEEL, envelope, keyring(cast(Any, other), [])).ok
+    # --public-key replaces the stack's keys: only the files named are trusted.
+    pem = tmp_path / "new.pem"
+    pem.write_bytes(_pem(new))
+    assert not check(NAME, WHEEL, envelope, keyring(None, [str(pem)])).ok
 
 
 def test_an_unexpected_builder_fails() -> None:

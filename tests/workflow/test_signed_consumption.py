@@ -111,10 +111,7 @@ def pip_install(index: str, project: str, target: Path) -> subprocess.CompletedP
 
 
 @pytest.fixture
-def published(
-    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, Any]:
-    monkeypatch.setenv("WHEELFOUNDRY_CACHE", str(tmp_path / "key-cache"))  # this test's keys only
+def published(aws: EmbeddedAws, stack: DeployedStack) -> dict[str, Any]:
     good, evil = make_wheel("wf_signed_good", "VALUE = 1\n"), make_wheel("wf_signed_evil", "VALUE = 1\n")
     keys = publish(aws, stack, {good[0]: good[1:], evil[0]: evil[1:]})
     der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
