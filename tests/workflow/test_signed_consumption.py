@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import subprocess
 import sys
 import urllib.error
@@ -225,6 +226,21 @@ def test_an_envelope_re_signed_with_another_key_is_refused(
     with serving(s3, bucket, keys=Keyring((TrustedKey(published["pem"], "stack"),))) as base:
         refused = pip_install(f"{base}/simple/{CHANNEL}/", "wf-signed-good", tmp_path / "t")
         assert refused.returncode != 0 and "403" in refused.stdout + refused.stderr
+    # The command as a user runs it: the bucket and the key from the stack's outputs, the refusal in its log.
+    key = published["keys"][good]
+    argv = [str(Path(sys.executable).parent / "wheelfoundry"), "index", "serve", "--port", "0"]
+    proc = subprocess.Popen([*argv, "--endpoint-url", aws.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        match = re.search(rb"http://127\.0\.0\.1:\d+", proc.stdout.readline())
+        assert match, "index serve did not print its address"
+        with pytest.raises(urllib.error.HTTPError) as served:
+            urllib.request.urlopen(f"{match.group(0).decode()}/{key}")
+        assert served.value.code == 403
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    assert f"REFUSED {key}: signature does not verify with any trusted key".encode() in log, log
     # Trusting the other key (as after a key replacement, with --public-key naming both) accepts it again.
     other_pem = tmp_path / "other.pem"
     other_pem.write_bytes(
