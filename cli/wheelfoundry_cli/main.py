@@ -106,13 +106,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     from wheelfoundry_user.farm import default_stack
+    from wheelfoundry_user.trust import add_trust_flags
 
     serve.add_argument("--stack", default=default_stack(), help="whose KMS key signs the wheels (default: %(default)s)")
     serve.add_argument("--endpoint-url", help="e.g. `wheelfoundry local up`'s")
-    serve.add_argument(
-        "--public-key", action="append", metavar="PEM", help="trust this key instead of the stack's (repeatable)"
-    )
-    serve.add_argument("--no-verify", action="store_true", help="serve wheels without checking their provenance")
+    add_trust_flags(serve, expectations=False)
     serve.set_defaults(func=_index_serve)
     add_catalog_commands(sub)
     if everything or word in LOCAL_COMMANDS:

@@ -17,6 +17,7 @@ from wheelfoundry_user.failures import readable
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.tables import table
+from wheelfoundry_user.trust import add_trust_flags
 from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
 
 
@@ -236,17 +237,6 @@ def _common(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _trust_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--public-key",
-        action="append",
-        metavar="PEM",
-        help="trust this key (repeatable: earlier keys too) instead of the stack's from KMS; works offline",
-    )
-    parser.add_argument("--source", help="refuse unless the statement's source has this URI, sha256 or commit")
-    parser.add_argument("--builder", help="refuse unless the statement's builder id is this (<stack>:<state machine>)")
-
-
 def add_user_commands(sub: Any, index_sub: Any) -> None:
     """Register the commands on `wheelfoundry`'s subparsers (and `list` on its `index` group)."""
     start = sub.add_parser("start", help="validate a request here, then start a run on the stack; prints its name")
@@ -279,8 +269,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     fetch.add_argument("target", metavar="RUN|CHANNEL")
     fetch.add_argument("package", nargs="?")
     fetch.add_argument("--dest", required=True)
-    _trust_flags(fetch)
-    fetch.add_argument("--no-verify", action="store_true", help="skip the signature check (sha256 vs index only)")
+    add_trust_flags(fetch)
     _common(fetch)
     fetch.set_defaults(func=_guard(_fetch))
     cancel = sub.add_parser("cancel", help="stop a run; then show that its instances were terminated")
@@ -292,7 +281,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     verify.add_argument("wheels", nargs="*", metavar="WHEEL|URL", help="wheel files or URLs (provenance beside each)")
     verify.add_argument("--channel", help="every wheel of this channel, from the stack's bucket")
     verify.add_argument("--provenance", help="the envelope, when not beside the wheel as WHEEL.provenance.json")
-    _trust_flags(verify)
+    add_trust_flags(verify, no_verify=False)
     verify.add_argument("--request", help="fail unless the statement's request equals this JSON file")
     _common(verify)
     verify.set_defaults(func=_guard(_verify))

@@ -163,3 +163,20 @@ def unique(keys: Iterable[TrustedKey]) -> tuple[TrustedKey, ...]:
     for key in keys:
         seen.setdefault(key.fingerprint, key)
     return tuple(seen.values())
+
+
+def add_trust_flags(parser: Any, expectations: bool = True, no_verify: bool = True) -> None:
+    """--public-key (and --source/--builder, --no-verify) for the commands that check provenance."""
+    parser.add_argument(
+        "--public-key",
+        action="append",
+        metavar="PEM",
+        help="trust this key (repeatable: earlier keys too) instead of the stack's from KMS; works offline",
+    )
+    if expectations:
+        parser.add_argument("--source", help="refuse unless the statement's source has this URI, sha256 or commit")
+        parser.add_argument(
+            "--builder", help="refuse unless the statement's builder id is this (<stack>:<state machine>)"
+        )
+    if no_verify:
+        parser.add_argument("--no-verify", action="store_true", help="do not check signed provenance (say so)")
