@@ -181,13 +181,18 @@ def test_index_list_and_fetch_check_sha256_against_the_index(
     assert code == EXIT_OK and parsed(out) == ["ci"]
     code, out, _ = wf(aws, capsys, "index", "list", "ci")
     assert code == EXIT_OK and WHEEL in out and digest in out
-    code, out, _ = wf(aws, capsys, "fetch", "ci", "wf_tiny_ext", "--dest", str(tmp_path / "a"), "--json")
-    assert code == EXIT_OK and parsed(out)[0]["sha256"] == digest
+    # Published by hand, so never signed: fetch refuses it unless told not to verify.
+    code, _, err = wf(aws, capsys, "fetch", "ci", "wf_tiny_ext", "--dest", str(tmp_path / "u"))
+    assert code == EXIT_FAILED and f"REFUSED {WHEEL}: no provenance ({WHEEL}.provenance.json not in the bucket)" in err
+    assert list((tmp_path / "u").iterdir()) == []
+    argv = ("fetch", "ci", "wf_tiny_ext", "--no-verify", "--dest", str(tmp_path / "a"), "--json")
+    code, out, err = wf(aws, capsys, *argv)
+    assert code == EXIT_OK and parsed(out)[0]["sha256"] == digest and "signatures NOT checked" in err
     assert hashlib.sha256((tmp_path / "a" / WHEEL).read_bytes()).hexdigest() == digest
     code, _, err = wf(aws, capsys, "fetch", "ci", "other-package", "--dest", str(tmp_path / "b"))
     assert code == EXIT_NOT_FOUND and "other-package" in err
 
     s3.put_object(Bucket=bucket, Key=key, Body=body + b"tampered", Metadata={"sha256": digest})
-    code, _, err = wf(aws, capsys, "fetch", "ci", "--dest", str(tmp_path / "c"))
+    code, _, err = wf(aws, capsys, "fetch", "ci", "--no-verify", "--dest", str(tmp_path / "c"))
     assert code == EXIT_FAILED and "differs from the index" in err
-    assert not (tmp_path / "c" / WHEEL).exists()
+    assert list((tmp_path / "c").iterdir()) == []  # no partial download either

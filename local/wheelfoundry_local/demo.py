@@ -30,6 +30,7 @@ from wheelfoundry_cli.index_server import serving
 
 from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user.failures import execution_failure, run_failures
+from wheelfoundry_user.trust import Keyring, TrustedKey
 from wheelfoundry_user.verify import pem_of
 
 from .progress import Progress
@@ -195,6 +196,7 @@ def copy_published(base: str, channel: str, project: str, dist: Path, out: Print
 def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> Path:
     """The stack's provenance key as PEM beside the wheels: verify them after the emulator is gone."""
     der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
+    dist.mkdir(parents=True, exist_ok=True)
     (dist / "wheelfoundry-provenance.pem").write_bytes(pem_of(der))
     return dist / "wheelfoundry-provenance.pem"
 
@@ -237,12 +239,13 @@ def run_demo(
             return 1
         channel = result.output["channel"]
         layout = show_layout(s3, bucket, result, channel, out)
-        with serving(s3, bucket) as base:
+        key = save_public_key(aws, stack, dist)
+        trusted = Keyring((TrustedKey(key.read_bytes(), str(key), stack.outputs["ProvenanceKeyArn"]),))
+        with serving(s3, bucket, keys=trusted) as base:  # pip gets only wheels whose provenance verifies
             index = f"{base}/simple/{channel}/"
             if layout == "per-cell" and users is not None:  # the index of the user's (torch, CPU) variant
                 index = f"{base}/simple/{channel}/torch-{_exact_torch(next(iter(request['torch'])))}+cpu/"
             copy_published(base, channel, project, dist, out)
-            key = save_public_key(aws, stack, dist)
             out(f"verify offline: wheelfoundry verify {dist}/*.whl --public-key {key}")
             out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
             if users is not None:
