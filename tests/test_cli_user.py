@@ -82,7 +82,10 @@ def test_run_lifecycle_start_status_runs_logs_fetch_cancel(
     status = parsed(out)
     assert code == EXIT_OK and status["status"] == "RUNNING" and status["channel"] == "demo"
     job, test = status["jobs"]  # the build job, then the test job of the published bytes (after Merge)
-    assert test["job"] == "wf-example-ops-test-cp311-x86_64" and (test["state"], test["stage"]) == ("waiting", "builds, then merge")
+    assert test["job"] == "wf-example-ops-test-cp311-x86_64" and (test["state"], test["stage"]) == (
+        "waiting",
+        "builds, then merge",
+    )
     assert job["executor"] == "ec2" and job["state"] in ("pending", "running") and job["estimated_usd"] > 0
     code, out, _ = wf(aws, capsys, "status")  # the newest run, as a table
     assert code == EXIT_OK and "run run-1: RUNNING, 0/2 jobs done" in out and job["job"] in out
