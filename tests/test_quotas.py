@@ -12,6 +12,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from wheelfoundry_cli.main import main as cli
 
 from tests.test_instances import EXECUTION, RUNNING, STACK
 from wheelfoundry import quotas
@@ -21,7 +22,6 @@ from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, QuotaTooSmall, QuotaWaitTimedOut, VcpuQuotaWait
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
-from wheelfoundry_cli.main import main as cli
 from wheelfoundry_local._moto import Patches
 from wheelfoundry_local.ec2_quotas import Ec2Quotas
 
@@ -154,7 +154,13 @@ def _event(job_id: str, entered: datetime, wait: int = 600) -> dict[str, Any]:
         "max_seconds": 3600,
         "quota": {"code": "L-1216C47A", "name": "Running On-Demand Standard", "value": 32.0},
     }
-    return {"job": job, "run": {"id": "run-1"}, "execution": EXECUTION, "entered": entered.isoformat(), "quota_wait": wait}
+    return {
+        "job": job,
+        "run": {"id": "run-1"},
+        "execution": EXECUTION,
+        "entered": entered.isoformat(),
+        "quota_wait": wait,
+    }
 
 
 def test_a_quota_exceeded_launch_waits_then_gives_up(emulated: Any) -> None:

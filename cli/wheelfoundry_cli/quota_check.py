@@ -36,7 +36,9 @@ def parse_quotas(given: Sequence[str]) -> dict[str, quotas.Reading]:
     for item in given:
         code, _, value = item.partition("=")
         if code not in known or not value.strip().isdigit():
-            issues.append(Issue("--quota", "expects CODE=VCPUS with one of the EC2 vCPU quota codes", item, tuple(sorted(known))))
+            issues.append(
+                Issue("--quota", "expects CODE=VCPUS with one of the EC2 vCPU quota codes", item, tuple(sorted(known)))
+            )
             continue
         found[code] = quotas.Reading(float(value))
     if issues:

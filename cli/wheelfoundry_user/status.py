@@ -78,7 +78,11 @@ def job_row(
             stage = {"pending": "launch / await agent", "running": "build"}.get(state, "ended")
             detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
         elif "waiting.json" in objects and running and "result.json" not in objects:
-            state, stage, detail = "waiting", "waiting for vCPU quota", quota_wait(farm.get_json(prefix + "waiting.json"))
+            state, stage, detail = (
+                "waiting",
+                "waiting for vCPU quota",
+                quota_wait(farm.get_json(prefix + "waiting.json")),
+            )
         else:
             state, stage = ("pending", "launch") if running else ("not started", "-")
     if "manifest.json" in objects and "result.json" not in objects:

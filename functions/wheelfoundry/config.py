@@ -119,7 +119,11 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         codebuild=_codebuild(data["codebuild"]),
         gpu_types={
             name: GpuType(
-                name, spec["gpu"], _capability(spec["capability"]), float(spec["usd_per_hour"]), int(spec.get("vcpus", 0))
+                name,
+                spec["gpu"],
+                _capability(spec["capability"]),
+                float(spec["usd_per_hour"]),
+                int(spec.get("vcpus", 0)),
             )
             for name, spec in data["gpu_types"].items()
         },

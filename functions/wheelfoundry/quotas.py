@@ -149,7 +149,9 @@ def judge(need: Need, reading: Reading | None, max_concurrency: int, region: str
     head = f"{q.name} ({q.code})"
     if reading is None or reading.value is None:
         why = reading.why if reading is not None else "not read"
-        return Verdict(need, None, "unknown", f"{head}: not checked ({why}); the plan needs {need.largest} to {need.peak} vCPUs")
+        return Verdict(
+            need, None, "unknown", f"{head}: not checked ({why}); the plan needs {need.largest} to {need.peak} vCPUs"
+        )
     value = int(reading.value)
     if value < need.largest:
         line = (
@@ -169,16 +171,12 @@ def judge(need: Need, reading: Reading | None, max_concurrency: int, region: str
     return Verdict(need, value, "fits", f"{head} is {value} vCPUs; the plan needs up to {need.peak}: fits")
 
 
-def check(
-    wanted: list[Need], readings: Mapping[str, Reading], max_concurrency: int, region: str = ""
-) -> list[Verdict]:
+def check(wanted: list[Need], readings: Mapping[str, Reading], max_concurrency: int, region: str = "") -> list[Verdict]:
     return [judge(n, readings.get(n.quota.code), max_concurrency, region) for n in wanted]
 
 
 def refusals(verdicts: Iterable[Verdict]) -> list[Issue]:
-    return [
-        Issue(f"quota {v.need.quota.code}", v.line, v.value) for v in verdicts if v.status == "refused"
-    ]
+    return [Issue(f"quota {v.need.quota.code}", v.line, v.value) for v in verdicts if v.status == "refused"]
 
 
 def summary(verdicts: Iterable[Verdict]) -> list[dict[str, Any]]:

@@ -102,8 +102,9 @@ class Ec2Quotas:
                         raise _error(
                             "VcpuLimitExceeded",
                             f"You have requested more vCPU capacity than your current vCPU limit of {int(limit)} "
-                            "allows for the instance bucket that the specified instance type belongs to. Please "
-                            "visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to this limit.",
+                            "allows for the instance bucket that the specified instance type belongs to. "
+                            "Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment "
+                            "to this limit.",
                         )
                     return original(backend, image_id, count, *args, **kwargs)
 

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from wheelfoundry import quotas
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.config import load_config
-from wheelfoundry import quotas
-from wheelfoundry.config import FarmConfig
+from wheelfoundry.config import FarmConfig, load_config
 from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
 from wheelfoundry.pins import unbuildable
@@ -48,9 +47,7 @@ def trust_class(job: Job) -> str:
     return "extension" if job.kind == "extension" else "framework"
 
 
-def quota_check(
-    jobs: list[Job], config: FarmConfig, client: Any, settings: ValidateSettings
-) -> list[quotas.Verdict]:
+def quota_check(jobs: list[Job], config: FarmConfig, client: Any, settings: ValidateSettings) -> list[quotas.Verdict]:
     """Refuses (QuotaTooSmall) a plan with an instance larger than its EC2 vCPU quota; else the verdicts."""
     wanted = quotas.needs(jobs, config, settings.max_concurrency)
     if not wanted:
@@ -170,7 +167,11 @@ def validate(
     prefix = f"runs/{run_id}"
     put = s3.put_object
     put(Bucket=settings.bucket, Key=f"{prefix}/request.json", Body=json.dumps(event.get("request"), indent=2))
-    put(Bucket=settings.bucket, Key=f"{prefix}/plan.json", Body=json.dumps({**plan.summary(), "quotas": quotas.summary(verdicts)}, indent=2))
+    put(
+        Bucket=settings.bucket,
+        Key=f"{prefix}/plan.json",
+        Body=json.dumps({**plan.summary(), "quotas": quotas.summary(verdicts)}, indent=2),
+    )
     summaries = []
     for job in plan.jobs:
         job_prefix = f"{prefix}/jobs/{job.id}/"
