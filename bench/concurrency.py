@@ -167,8 +167,10 @@ def main() -> int:
     for row in rows:
         for run, cause in row["failure_causes"].items():
             print(f"  {run}: {cause}")
-    print(f"(events_per_run: min/median/max of the parent history; quota {args.quota} vCPUs = "
-          f"{args.quota // 16} hosts at once; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+    print(
+        f"(events_per_run: min/median/max of the parent history; quota {args.quota} vCPUs = "
+        f"{args.quota // 16} hosts at once; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
+    )
     out = ROOT / "bench" / "results" / f"concurrency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "loadavg_before": load}
