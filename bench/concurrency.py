@@ -59,17 +59,10 @@ def _sources(aws: Any, bucket: str, state: Path, count: int) -> list[str]:
 
 
 def _request(uri: str, channel: str) -> dict[str, Any]:
-    return {
-        "framework": "extension",
-        "name": "wf-tiny-ext",
-        "source": {"s3": uri},
-        "torch": ["2.13"],
-        "cuda": ["cpu"],
-        "python": ["3.11"],
-        "torch_index": "pip",
-        "channel": channel,
-        "options": {"executor": "ec2", "spot": True},
-    }
+    """The workflow tests' one-job request (tests/workflow/conftest.py), on spot like the nightly preset."""
+    from tests.workflow.conftest import extension_request
+
+    return extension_request(uri, channel=channel, options={"executor": "ec2", "spot": True})
 
 
 def _indexed(aws: Any, bucket: str, channel: str) -> set[str]:
