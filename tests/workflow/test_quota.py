@@ -4,12 +4,16 @@ Service Quotas and enforced by its RunInstances, local/wheelfoundry_local/ec2_qu
 - a quota smaller than one job's instance: Validate refuses the run, naming the quota and the numbers,
   and nothing is launched;
 - a quota that fits one job at a time: a two-job request succeeds; the second job's launch gets
-  MaxSpotInstanceCountExceeded, is retried (VcpuQuotaWait), and `status` shows it waiting meanwhile.
+  MaxSpotInstanceCountExceeded, is retried (VcpuQuotaWait), and `status` shows it waiting meanwhile;
+- a job that waits past QuotaWaitSeconds fails with QuotaWaitTimedOut and nothing launched for it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, source, upload, wait_for
 from wheelfoundry_local import DeployedStack, EmbeddedAws
@@ -59,3 +63,31 @@ def test_a_quota_for_one_job_at_a_time_runs_two_jobs_in_turn(
     assert refused and aws.quotas.refused >= len(refused)
     final = render_status(run_status(farm, "quota-two-jobs"))
     assert "waiting for vCPU quota" not in final and "2/2 jobs done" in final, final
+
+
+class TestShortQuotaWait:
+    @pytest.fixture
+    def parameters(self) -> dict[str, Any]:
+        return {"BuildHeartbeatSeconds": "60", "QuotaWaitSeconds": "3"}
+
+    def test_a_job_that_waits_too_long_fails_with_that_cause_and_launches_nothing(
+        self, aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+    ) -> None:
+        aws.quotas.set(SPOT_STANDARD, 16)
+        # Another stack's (or the nightly's) instance holds the whole quota for the length of this run.
+        ec2 = aws.client("ec2")
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        market = {"MarketType": "spot"}
+        held = ec2.run_instances(
+            ImageId=image, InstanceType="c7i.4xlarge", MinCount=1, MaxCount=1, InstanceMarketOptions=market
+        )["Instances"][0]["InstanceId"]
+        try:
+            uri = upload(aws, stack, source(tmp_path))
+            result = run(aws, stack, extension_request(uri), timeout=300)
+        finally:
+            ec2.terminate_instances(InstanceIds=[held])
+        assert result.status == "FAILED" and result.error == "JobsFailed", result
+        cause = result.cause or ""
+        assert "QuotaWaitTimedOut" in cause and "gave up waiting for vCPU quota after" in cause, cause
+        assert "(QuotaWaitSeconds 3)" in cause and "16 in use" in cause, cause
+        assert launched_by(aws, result.arn) == []  # nothing was launched for the job
