@@ -21,6 +21,7 @@ from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 from wheelfoundry_cli.catalog_commands import add_catalog_commands
+from wheelfoundry_cli.quota_check import add_quota_flags, quota_lines
 from wheelfoundry_cli.render import render_dry_run, render_plan
 from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 
@@ -29,6 +30,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
     plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
+    checked = quota_lines(plan.jobs, config, args.quota, args.max_concurrency)  # refuses as Validate would
     if args.json:
         images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
         print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images}, indent=2))
@@ -36,6 +38,8 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(render_dry_run(plan, explain=args.explain))
     else:
         print(render_plan(plan, explain=args.explain))
+    if not args.json:
+        print("\n" + "\n".join(checked))
     toolkits = {f"{j.image.build_args['CUDA_VERSION']}-{j.platform}" for j in plan.jobs if j.cuda}
     if not args.json and (issues := unbuildable(plan.jobs, plan.images, checkout_pins(toolkits))):
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
@@ -98,6 +102,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--explain", action="store_true", help="say why each job runs on EC2 or CodeBuild (both costs, or the limit)"
     )
     add_builder_flags(plan)
+    add_quota_flags(plan)
     plan.set_defaults(func=_plan_command)
     index = sub.add_parser("index", help="the private pip index in the wheel bucket")
     index_sub = index.add_subparsers(dest="index_command", required=True)

@@ -81,6 +81,12 @@ def job_row(
             state = newest["State"]["Name"]
             stage = {"pending": "launch / await agent", "running": "build"}.get(state, "ended")
             detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
+        elif "waiting.json" in objects and running and "result.json" not in objects:
+            state, stage, detail = (
+                "waiting",
+                "waiting for vCPU quota",
+                quota_wait(farm.get_json(prefix + "waiting.json")),
+            )
         else:
             state, stage = ("pending", "launch") if running else ("not started", "-")
     if "manifest.json" in objects and "result.json" not in objects:
@@ -120,6 +126,18 @@ def job_row(
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
         "compiler_cache": cache,  # None: no manifest yet, or a build without the stack's cache
     }
+
+
+def quota_wait(record: dict[str, Any] | None) -> str:
+    """A job waiting for EC2 vCPU quota (wheelfoundry.aws.admission): the numbers, in one cell."""
+    record = record or {}
+    quota = record.get("quota") or {}
+    value = quota.get("value")
+    held = f"{record.get('in_use', '?')}/{'?' if value is None else int(value)} in use"
+    return (
+        f"needs {record.get('needs', '?')} vCPUs, {held} ({quota.get('code', '?')}), "
+        f"waited {record.get('waited_seconds', '?')} s of {record.get('limit_seconds', '?')} s"
+    )
 
 
 def cache_cell(manifest: dict[str, Any]) -> str | None:

@@ -27,6 +27,7 @@ class GpuType:
     gpu: str
     capability: tuple[int, int]
     usd_per_hour: float
+    vcpus: int = 0  # what the instance counts against its EC2 vCPU quota (wheelfoundry.quotas)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,13 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         root_volume_usd_per_hour=float(data["pricing"]["ec2_root_volume_usd_per_hour"]),
         codebuild=_codebuild(data["codebuild"]),
         gpu_types={
-            name: GpuType(name, spec["gpu"], _capability(spec["capability"]), float(spec["usd_per_hour"]))
+            name: GpuType(
+                name,
+                spec["gpu"],
+                _capability(spec["capability"]),
+                float(spec["usd_per_hour"]),
+                int(spec.get("vcpus", 0)),
+            )
             for name, spec in data["gpu_types"].items()
         },
         gpu_test_instance=str(data["gpu_test"]["instance_type"]),

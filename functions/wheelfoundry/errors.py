@@ -48,11 +48,24 @@ class GuardrailExceeded(RequestInvalid):
     """The request is valid but bigger than this stack allows (jobs or instance-hours)."""
 
 
+class QuotaTooSmall(RequestInvalid):
+    """An EC2 vCPU quota of this account is smaller than one of the plan's instances: it could never start."""
+
+
 # --- Infrastructure: launching, waiting, collecting ------------------------------------
 
 
 class CapacityUnavailable(WheelFoundryError):
     """EC2 had no capacity for the instance type right now; worth a retry."""
+
+
+class VcpuQuotaWait(WheelFoundryError):
+    """RunInstances hit the account's vCPU quota (VcpuLimitExceeded, MaxSpotInstanceCountExceeded) while other
+    instances hold it: the job waits its turn (the ASL retries with backoff)."""
+
+
+class QuotaWaitTimedOut(WheelFoundryError):
+    """The job waited for vCPU quota longer than the run allows; nothing was launched."""
 
 
 class LaunchFailed(WheelFoundryError):
@@ -102,7 +115,10 @@ ASL_ERROR_NAMES = frozenset(
     for cls in (
         RequestInvalid,
         GuardrailExceeded,
+        QuotaTooSmall,
         CapacityUnavailable,
+        VcpuQuotaWait,
+        QuotaWaitTimedOut,
         LaunchFailed,
         AgentNotReady,
         InstanceLost,

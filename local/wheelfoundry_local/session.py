@@ -28,6 +28,7 @@ from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcn
 from .agent import Output, SsmAgent
 from .codebuild import LocalCodeBuild
 from .deploy import DeployedStack, deploy
+from .ec2_quotas import Ec2Quotas
 from .events import EventDelivery, ExecutionWatcher
 from .lambdas import FaultRegistry, InvocationLog, LambdaRuntime
 from .server import MotoServer
@@ -71,6 +72,7 @@ class EmbeddedAws:
         self.events = EventDelivery(self.runtime, region, self._start_execution_json)
         self.watcher = ExecutionWatcher(self.events)
         self.registration = Registration(registration_delay)
+        self.quotas = Ec2Quotas()  # EC2 vCPU quotas: Service Quotas' values, enforced by RunInstances
         self._agent_output = agent_output
         self.agent: SsmAgent | None = None
         self.codebuild: LocalCodeBuild | None = None
@@ -98,6 +100,7 @@ class EmbeddedAws:
             public_parameters.install(self._patches)
             cli_compat.install(self._patches)
             kms.install(self._patches)
+            self.quotas.install(self._patches)
             self.events.install()
             self.agent = SsmAgent(
                 self.region,
@@ -147,6 +150,7 @@ class EmbeddedAws:
         self.runtime.faults.clear()
         self.runtime.invocations.clear()
         self.events.clear()
+        self.quotas.reset()
 
     def _stop_executions(self) -> None:
         # An execution left running keeps calling handlers from its own thread, into the next test.

@@ -9,14 +9,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from wheelfoundry.aws import admission
 from wheelfoundry.aws import tags as T
 from wheelfoundry.errors import AgentNotReady, CapacityUnavailable, InstanceLost, LaunchFailed
 
-# Capacity errors are worth another try (or on-demand); anything else needs a person.
+# Capacity errors are worth another try (or on-demand); quota errors wait (admission.py); anything else
+# needs a person.
 CAPACITY_ERRORS = {
     "InsufficientInstanceCapacity",
     "SpotMaxPriceTooLow",
-    "MaxSpotInstanceCountExceeded",
     "InsufficientCapacity",
     "RequestLimitExceeded",
 }
@@ -30,6 +31,7 @@ class LaunchSettings:
     ami_parameters: dict[str, str]  # platform -> public SSM parameter naming the AMI
     subnets: tuple[str, ...]
     extension_profile: str = ""  # instance profile ARN of the extension (untrusted) class
+    bucket: str = ""  # where a job waiting for vCPU quota records the numbers (admission.WAITING)
 
 
 def client_token(execution: str, job_id: str, market: str, phase: str = "") -> str:
@@ -38,16 +40,16 @@ def client_token(execution: str, job_id: str, market: str, phase: str = "") -> s
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
-def _what(job: dict[str, Any], phase: str) -> tuple[str, bool, int, str]:
-    """(instance type, spot, seconds it may run, AMI key): the build's, or its GPU test's."""
+def _what(job: dict[str, Any], phase: str) -> tuple[str, bool, int, str, int]:
+    """(instance type, spot, seconds it may run, AMI key, vCPUs): the build's, or its GPU test's."""
     if phase == "gpu-test":
         test = job.get("gpu_test") or {}
         if not test:
             raise LaunchFailed(f"{job['id']} has no GPU test to launch")
-        return test["instance_type"], bool(test["spot"]), int(test["max_seconds"]), "gpu"
+        return test["instance_type"], bool(test["spot"]), int(test["max_seconds"]), "gpu", int(test.get("vcpus", 0))
     if phase:
         raise LaunchFailed(f"unknown launch phase {phase!r}")
-    return job["instance_type"], bool(job["spot"]), int(job["max_seconds"]), job["platform"]
+    return job["instance_type"], bool(job["spot"]), int(job["max_seconds"]), job["platform"], int(job.get("vcpus", 0))
 
 
 def user_data(max_seconds: int) -> str:
@@ -71,11 +73,11 @@ def _execution_ended(sfn: Any, execution: str) -> str | None:
 
 
 def launch(
-    event: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, settings: LaunchSettings, now: datetime
+    event: dict[str, Any], ec2: Any, ssm: Any, sfn: Any, settings: LaunchSettings, now: datetime, s3: Any = None
 ) -> dict[str, Any]:
     job, run, execution = event["job"], event["run"], event["execution"]
     phase = event.get("phase", "")
-    instance_type, spot, max_seconds, ami = _what(job, phase)
+    instance_type, spot, max_seconds, ami, vcpus = _what(job, phase)
     # An abort does not stop a Launch already in flight, and the abort's reaper has run by then.
     ended = _execution_ended(sfn, execution)
     if ended:
@@ -129,6 +131,9 @@ def launch(
         response = ec2.run_instances(**params)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
+        if code in admission.QUOTA_ERRORS:
+            error = admission.quota_error(code, event, instance_type, spot, vcpus, ec2, s3, settings.bucket, now)
+            raise error from exc
         if code in CAPACITY_ERRORS:
             raise CapacityUnavailable(f"{instance_type} ({market}): {code}") from exc
         raise LaunchFailed(f"RunInstances for {job['id']} failed: {code}: {exc}") from exc

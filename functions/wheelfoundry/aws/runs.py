@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from wheelfoundry import quotas
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.catalog import load_catalog
-from wheelfoundry.config import load_config
-from wheelfoundry.errors import Issue, LaunchFailed, RequestInvalid
+from wheelfoundry.config import FarmConfig, load_config
+from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
 from wheelfoundry.model import ExtensionRequest
 from wheelfoundry.pins import unbuildable
@@ -39,6 +40,8 @@ class ValidateSettings:
     # Builds run in Docker images built from pinned bases and downloads (False only where the build
     # hosts run stages without containers: the embedded AWS, WF_CONTAINER=none).
     container_builds: bool = True
+    # How long a job may wait for EC2 vCPU quota that other instances hold (template QuotaWaitSeconds).
+    quota_wait_seconds: int = 21600
 
 
 def trust_class(job: Job) -> str:
@@ -46,7 +49,24 @@ def trust_class(job: Job) -> str:
     return "extension" if job.kind in ("extension", "test") else "framework"
 
 
-def job_summary(job: Job, prefix: str) -> dict[str, Any]:
+def quota_check(jobs: list[Job], config: FarmConfig, client: Any, settings: ValidateSettings) -> list[quotas.Verdict]:
+    """Refuses (QuotaTooSmall) a plan with an instance larger than its EC2 vCPU quota; else the verdicts."""
+    wanted = quotas.needs(jobs, config, settings.max_concurrency)
+    if not wanted:
+        return []
+    readings = quotas.read(client, [n.quota.code for n in wanted]) if client is not None else {}
+    verdicts = quotas.check(wanted, readings, settings.max_concurrency, settings.region)
+    if issues := quotas.refusals(verdicts):
+        raise QuotaTooSmall(issues)
+    return verdicts
+
+
+def _quota_of(instance_type: str, spot: bool, values: dict[str, float | None]) -> dict[str, Any] | None:
+    quota = quotas.quota_for(instance_type, spot)
+    return None if quota is None else {"code": quota.code, "name": quota.name, "value": values.get(quota.code)}
+
+
+def job_summary(job: Job, prefix: str, values: dict[str, float | None] | None = None) -> dict[str, Any]:
     """What a Map iteration carries: small, so a large matrix stays far below the 256 KiB state limit."""
     return {
         "id": job.id,
@@ -59,6 +79,9 @@ def job_summary(job: Job, prefix: str) -> dict[str, Any]:
         "trust": trust_class(job),
         "instance_type": job.instance.type,
         "spot": job.instance.spot,
+        "vcpus": job.instance.vcpus,
+        # The EC2 vCPU quota the build instance counts against (Launch names it while the job waits).
+        "quota": _quota_of(job.instance.type, job.instance.spot, values or {}),
         "max_seconds": job.max_seconds,
         "timeout_seconds": job.max_seconds + BUILD_TIMEOUT_MARGIN_SECONDS,
         "keep_on_failure": job.options.keep_on_failure,
@@ -77,6 +100,7 @@ def gpu_summary(job: Job) -> dict[str, Any] | None:
         "spot": test.spot,
         "testable": test.testable,
         "max_seconds": test.max_seconds,
+        "vcpus": gpu.vcpus if (gpu := load_config().gpu_types.get(test.instance_type)) else 0,
         # the GPU host boots, installs torch and the wheels, then tests: the limit covers all of it
         "timeout_seconds": test.max_seconds + BUILD_TIMEOUT_MARGIN_SECONDS,
     }
@@ -114,7 +138,9 @@ def check_source_location(request: Any, settings: ValidateSettings) -> None:
     raise RequestInvalid([Issue("source.s3", why, uri, tuple(allowed))])
 
 
-def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date) -> dict[str, Any]:
+def validate(
+    event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date, service_quotas: Any = None
+) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
@@ -122,6 +148,8 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
     check_source_location(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     plan = plan_request(request, catalog, config, context, today)
+    verdicts = quota_check(list(plan.jobs), config, service_quotas, settings)
+    values = {v.need.quota.code: v.value for v in verdicts}
     run_id = event["name"]
     bundle_key, pins = current_bundle(s3, settings.bucket)
     # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
@@ -144,7 +172,11 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
     prefix = f"runs/{run_id}"
     put = s3.put_object
     put(Bucket=settings.bucket, Key=f"{prefix}/request.json", Body=json.dumps(event.get("request"), indent=2))
-    put(Bucket=settings.bucket, Key=f"{prefix}/plan.json", Body=json.dumps(plan.summary(), indent=2))
+    put(
+        Bucket=settings.bucket,
+        Key=f"{prefix}/plan.json",
+        Body=json.dumps({**plan.summary(), "quotas": quotas.summary(verdicts)}, indent=2),
+    )
     summaries: dict[str, list[dict[str, Any]]] = {"jobs": [], "tests": []}
     for group, planned in (("jobs", plan.jobs), ("tests", plan.tests)):
         for job in planned:
@@ -152,7 +184,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
             role = settings.extension_job_role if trust_class(job) == "extension" else settings.framework_job_role
             contract = {"run": {**run, "prefix": job_prefix, "job_role_arn": role}, **job.to_dict()}
             put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
-            summaries[group].append(job_summary(job, job_prefix))
+            summaries[group].append(job_summary(job, job_prefix, values))
     images = []
     for image in plan.images:
         key = image_key(run_id, image.id)
@@ -169,6 +201,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
             "heartbeat_seconds": settings.heartbeat_seconds,
             "runner_heartbeat_seconds": max(1, settings.heartbeat_seconds // 3),
             "max_concurrency": settings.max_concurrency,
+            "quota_wait_seconds": settings.quota_wait_seconds,
             "on_demand": {"spot": False},  # merged into a job when spot capacity fails it
         },
         "jobs": summaries["jobs"],

@@ -24,8 +24,10 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         },
         subnets=tuple(s for s in rt.var("WF_SUBNET_IDS", "").split(",") if s),
         extension_profile=rt.var("WF_EXTENSION_INSTANCE_PROFILE_ARN", ""),
+        bucket=rt.var("WF_BUCKET", ""),
     )
-    result = launch(event, rt.client("ec2"), rt.client("ssm"), rt.client("stepfunctions"), settings, datetime.now(UTC))
+    clients = rt.client("ec2"), rt.client("ssm"), rt.client("stepfunctions")
+    result = launch(event, *clients, settings, datetime.now(UTC), rt.client("s3"))
     if not result["reused"]:
         metrics.add_metric(name="InstancesLaunched", unit="Count", value=1)
     logger.info("launched", extra={"job": event["job"]["id"], **result})

@@ -27,8 +27,10 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         extension_job_role=rt.var("WF_EXTENSION_JOB_ROLE_ARN", ""),
         source_bucket=rt.var("WF_EXTENSION_SOURCE_BUCKET", ""),
         container_builds=rt.var("WF_CONTAINER", "docker") != "none",
+        quota_wait_seconds=int(rt.var("WF_QUOTA_WAIT_SECONDS", "21600")),
     )
-    result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
+    today = datetime.now(UTC).date()
+    result = validate(event, rt.client("s3"), settings, today, rt.client("service-quotas"))
     metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))
     logger.info("planned", extra={"run": result["run"]["id"], "jobs": [j["id"] for j in result["jobs"]]})
     return result
