@@ -72,8 +72,10 @@ def run(aws: EmbeddedAws, stack: DeployedStack, request: Any, timeout: float = 6
     return aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=timeout)
 
 
-def launched_by(aws: EmbeddedAws, execution_arn: str) -> list[dict[str, Any]]:  # noqa: F811
-    return [i for i in aws.instances(states=ALL_STATES) if i["Tags"].get("wheelfoundry:execution") == execution_arn]
+def launched_by(aws: EmbeddedAws, execution_arn: str, tests: bool = False) -> list[dict[str, Any]]:  # noqa: F811
+    """The run's instances: its build jobs' (``tests``: its test jobs' too, which test the published bytes)."""
+    mine = [i for i in aws.instances(states=ALL_STATES) if i["Tags"].get("wheelfoundry:execution") == execution_arn]
+    return [i for i in mine if tests or "-test-cp" not in i["Tags"].get("wheelfoundry:job", "")]
 
 
 def s3_json(aws: EmbeddedAws, stack: DeployedStack, key: str) -> Any:  # noqa: F811

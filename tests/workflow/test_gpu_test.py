@@ -58,7 +58,7 @@ def gpu_command_running(aws: EmbeddedAws) -> Any:
 def phases(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
     return sorted(
         (i["Tags"].get("wheelfoundry:phase", "build"), i["InstanceType"], i["State"]["Name"])
-        for i in launched_by(aws, arn)
+        for i in launched_by(aws, arn, tests=True)
     )
 
 
@@ -135,7 +135,7 @@ def test_an_interrupted_spot_gpu_test_runs_again_on_demand(
 def _markets(aws: EmbeddedAws, arn: str) -> list[tuple[str, str, str]]:
     return sorted(
         (i["Tags"].get("wheelfoundry:phase", "build"), i["Tags"]["wheelfoundry:market"], i["State"]["Name"])
-        for i in launched_by(aws, arn)
+        for i in launched_by(aws, arn, tests=True)
     )
 
 

@@ -64,7 +64,7 @@ def test_a_path_loading_package_is_published_per_cell_and_imports_after_pip_inst
     assert report["layout"]["chosen"] == "per-cell"
     assert "wf_pathload/_ops_cpu.so is a shared library the package loads by path" in report["layout"]["why"]
     # One build job (both cells on one host) and one test job (Python 3.11): two instances, both ended.
-    assert len(launched_by(aws, result.arn)) == 2
+    assert len(launched_by(aws, result.arn, tests=True)) == 2
     tested = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-pathload-test-cp311-x86_64/manifest.json")
     assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [
         ("0.3.0+pt213cpu", "passed"),
@@ -119,7 +119,7 @@ def test_a_merged_wheel_whose_import_fails_is_neither_published_nor_signed(
     assert [w["smoke"] for w in build["wheels"]] == ["passed", "passed"]
     assert s3_keys(aws, stack, "wheels/ci/") == []
     assert report["provenance"].get("signed") == []
-    assert not [i for i in launched_by(aws, result.arn) if i["State"]["Name"] != "terminated"]
+    assert not [i for i in launched_by(aws, result.arn, tests=True) if i["State"]["Name"] != "terminated"]
 
 
 def test_an_explicit_merged_layout_that_cannot_serve_the_package_publishes_nothing(
@@ -135,7 +135,7 @@ def test_an_explicit_merged_layout_that_cannot_serve_the_package_publishes_nothi
     assert s3_keys(aws, stack, "wheels/ci/") == [] and s3_keys(aws, stack, f"runs/{run_id}/jobs/wf-pathload-test") == [
         f"runs/{run_id}/jobs/wf-pathload-test-cp311-x86_64/job.json"
     ]
-    assert len(launched_by(aws, result.arn)) == 1  # the build; no test job started
+    assert len(launched_by(aws, result.arn, tests=True)) == 1  # the build; no test job started
 
 
 def test_a_merged_wheel_that_passed_is_what_users_install(
@@ -176,4 +176,4 @@ def test_a_failed_merge_tests_publishes_and_signs_nothing(
     assert s3_keys(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/") == [
         f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/job.json"  # planned, never started
     ]
-    assert [i["State"]["Name"] for i in launched_by(aws, result.arn)] == ["terminated"]
+    assert [i["State"]["Name"] for i in launched_by(aws, result.arn, tests=True)] == ["terminated"]
