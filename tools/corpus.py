@@ -28,9 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpus_steps import (  # noqa: E402 - this folder on sys.path first
+from tools.corpus_steps import (
     CorpusError,
     Outcome,
     Package,
@@ -63,10 +63,10 @@ def fetch_sdist(package: Package, cache: Path) -> Path:
 
 
 def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: Path, timeout: float) -> Outcome:
+    from wheelfoundry_cli.index_server import serving
+
     from wheelfoundry_local.demo import copy_published, explain_failure, run_request, upload_source
     from wheelfoundry_local.progress import Progress
-
-    from wheelfoundry_cli.index_server import serving
 
     outcome = Outcome.of(package)
     started = time.monotonic()

@@ -190,7 +190,7 @@ def install_and_check(
     Runs in the venv's own folder, so nothing of this repository is importable but the check's helpers."""
     python = str(venv / "bin" / "python")
     steps = [
-        ("install", [python, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--index-url", index, package.name]),
+        ("install", [python, "-m", "pip", "install", "--isolated", "--index-url", index, package.name]),
         ("import", [python, "-c", f"import {package.import_name} as m; print('imported', m.__file__)"]),
         ("check", [python, str(package.check)]),
     ]

@@ -37,7 +37,7 @@ def main(checks: list[Callable[[], None]]) -> int:
     for check in checks:
         try:
             check()
-        except Exception as exc:  # noqa: BLE001 - every failure is reported, then the exit status tells
+        except Exception as exc:
             failed += 1
             print(f"FAIL {check.__name__}: {type(exc).__name__}: {exc}")
     print(f"{len(checks) - failed} of {len(checks)} checks passed (torch {torch.__version__})")

@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from _check import close, main
-
 import torch_cluster
+from _check import close, main
 
 
 def pairs(index: torch.Tensor, width: int) -> torch.Tensor:

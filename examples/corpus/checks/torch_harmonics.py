@@ -12,9 +12,8 @@ import sys
 import attention_helpers
 import disco_helpers
 import torch
-from _check import close, main
-
 import torch_harmonics as th
+from _check import close, main
 
 
 def check_kernels_present() -> None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from _check import close, main
-
 import torch_scatter
+from _check import close, main
 
 TORCH_REDUCE = {"sum": "sum", "mean": "mean", "min": "amin", "max": "amax"}
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from _check import close, main
-
 import torch_spline_conv as tsc
+from _check import close, main
 
 
 def basis_reference(

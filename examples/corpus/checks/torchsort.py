@@ -8,9 +8,8 @@ from __future__ import annotations
 import sys
 
 import torch
-from _check import close, main
-
 import torchsort
+from _check import close, main
 from torchsort import isotonic_cpu
 
 
