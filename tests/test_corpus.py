@@ -67,7 +67,10 @@ def test_the_first_error_is_the_line_a_user_needs() -> None:
 
 
 def test_the_layout_is_the_runs_own_word_else_marked_as_the_requests() -> None:
-    assert layout_of({"layout": "per-cell", "layout_reason": "import failed"}, {}, {}) == ("per-cell", "import failed")
-    assert layout_of({}, {"layout": {"chosen": "merged", "reason": "served"}}, {}) == ("merged", "served")
-    chosen, why = layout_of({}, {}, {"layout": "merged"})
+    assert layout_of({"layout": "per-cell", "layout_reason": "import failed"}, {}, "auto") == (
+        "per-cell",
+        "import failed",
+    )
+    assert layout_of({}, {"layout": {"chosen": "merged", "reason": "served"}}, "auto") == ("merged", "served")
+    chosen, why = layout_of({}, {}, "merged")
     assert chosen == "merged?" and "reports no layout" in why

@@ -138,8 +138,8 @@ def _json(s3: Any, bucket: str, key: str) -> Any:
         return None
 
 
-def layout_of(report: dict[str, Any], merge: dict[str, Any], request: dict[str, Any]) -> tuple[str, str]:
-    """The layout the run says it used, and why; else what the request asked for, marked as such."""
+def layout_of(report: dict[str, Any], merge: dict[str, Any], requested: str) -> tuple[str, str]:
+    """The layout the run says it used, and why; else the validated request's (default filled), marked ``?``."""
     for record in (report, merge):
         value = record.get("layout")
         if isinstance(value, str):
@@ -147,7 +147,11 @@ def layout_of(report: dict[str, Any], merge: dict[str, Any], request: dict[str, 
         if isinstance(value, dict):
             chosen = value.get("chosen") or value.get("layout") or value.get("used")
             return str(chosen), str(value.get("reason") or value.get("why") or "")
-    return f"{request.get('layout', 'default')}?", "the run reports no layout: the request's (or the default)"
+    return f"{requested}?", "the run reports no layout: this is the validated request's"
+
+
+def requested_layout(request: object) -> str:
+    return str(getattr(request, "layout", "?"))
 
 
 def build_facts(s3: Any, bucket: str, outcome: Outcome, request: dict[str, Any]) -> None:
@@ -155,7 +159,9 @@ def build_facts(s3: Any, bucket: str, outcome: Outcome, request: dict[str, Any])
     prefix = f"runs/{outcome.run_id}/"
     report = _json(s3, bucket, f"{prefix}report.json") or {}
     merge = _json(s3, bucket, f"{prefix}merge.json") or report.get("merge") or {}
-    outcome.layout, outcome.layout_reason = layout_of(report, merge, request)
+    from wheelfoundry.request import parse_request
+
+    outcome.layout, outcome.layout_reason = layout_of(report, merge, requested_layout(parse_request(request)))
     seconds = 0.0
     found = False
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}jobs/"):
