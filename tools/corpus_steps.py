@@ -155,7 +155,7 @@ def requested_layout(request: object) -> str:
 
 
 def build_facts(s3: Any, bucket: str, outcome: Outcome, request: dict[str, Any]) -> None:
-    """Compile seconds (the build stages of every job) and the layout, from what the run wrote to S3."""
+    """Compile seconds (the build stages in every job's manifest.json) and the layout, from what the run wrote to S3."""
     prefix = f"runs/{outcome.run_id}/"
     report = _json(s3, bucket, f"{prefix}report.json") or {}
     merge = _json(s3, bucket, f"{prefix}merge.json") or report.get("merge") or {}
@@ -166,7 +166,7 @@ def build_facts(s3: Any, bucket: str, outcome: Outcome, request: dict[str, Any])
     found = False
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}jobs/"):
         for item in page.get("Contents", []):
-            if not item["Key"].endswith("/result.json"):
+            if not item["Key"].endswith("/manifest.json"):  # the runner's manifest: every stage's own time
                 continue
             for stage in (_json(s3, bucket, item["Key"]) or {}).get("stages") or []:
                 if str(stage.get("name", "")).startswith("build-") and stage.get("status") == "succeeded":
