@@ -66,7 +66,7 @@ def load_corpus(path: Path) -> list[Package]:
         loading = tuple(raw.get("loading") or ())
         if not loading or any(kind not in LOADING for kind in loading):
             raise CorpusError(f"{where}: loading = {list(loading)!r}; allowed: {', '.join(LOADING)}")
-        check = CORPUS_DIR / need("check", r"checks/[a-z_]+\.py")
+        check = CORPUS_DIR / need("check", r"checks/check_[a-z_]+\.py")
         package = Package(
             name=name,
             version=version,
