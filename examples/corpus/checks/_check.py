@@ -1,8 +1,8 @@
 """What every corpus check shares: compare with a plain-torch reference, print one line per op.
 
 A check runs in the fresh venv the wheel was installed into (torch and the wheel only), as
-``python examples/corpus/checks/check_<package>.py`` (not ``<package>.py``: the
-script's folder comes first on sys.path, and the module would import itself); this folder is then on sys.path, the repository is not.
+``python examples/corpus/checks/check_<package>.py``; this folder is then on sys.path, the repository
+is not. (Not ``<package>.py``: the script's folder comes first on sys.path, the check would import itself.)
 """
 
 from __future__ import annotations
