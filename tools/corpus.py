@@ -85,7 +85,7 @@ def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: 
     build_facts(s3, bucket, outcome, request)
     if not result.succeeded:
         explain_failure(s3, bucket, result, state_dir, say, debug=False)
-        return outcome.failed("build", f"execution {result.status}: {result.error or ''}", started)
+        return outcome.failed("build", build_error(s3, bucket, outcome.run_id, result), started)
     with serving(s3, bucket) as base:
         channel = result.output["channel"]
         wheels = copy_published(base, channel, package.name, state_dir / "dist" / package.name, say)
@@ -95,6 +95,21 @@ def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: 
         venv = user_venv(cache, package, state_dir / "venvs" / package.name, state_dir / "logs")
         stage, error = install_and_check(f"{base}/simple/{channel}/", package, venv, state_dir / "logs", say)
     return outcome.failed(stage, error, started) if error else outcome.passed(started)
+
+
+def build_error(s3: Any, bucket: str, run_id: str, result: Any) -> str:
+    """The first failed job's stage and cause line, as `local run` shows them; else the execution's error."""
+    from wheelfoundry_user.failures import run_failures
+
+    def get_json(key: str) -> Any:
+        try:
+            return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except s3.exceptions.NoSuchKey:
+            return None
+
+    for failure in run_failures(get_json, run_id):
+        return f"{failure.job} {failure.stage or failure.error}: {' '.join(failure.cause[:1])}"
+    return f"execution {result.status}: {result.error or ''}"
 
 
 def table(outcomes: list[Outcome]) -> list[str]:
