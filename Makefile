@@ -8,7 +8,7 @@ SAM := .tools/sam/bin/sam
 CHECKOV := .tools/checkov/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint venv sam checkov clean docker docker-stop
+.PHONY: demo test corpus lint venv sam checkov clean docker docker-stop
 
 $(STAMP): pyproject.toml examples/extension/setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ demo: $(STAMP)
 ## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
+
+## The corpus (examples/corpus): real PyTorch extensions from PyPI, each built for CPU through the embedded
+## farm, installed from its index into a fresh venv and its ops checked against plain torch; a table and
+## bench/results/corpus-<UTC>.json. CORPUS_ARGS='--all' adds the ones marked ci = false.
+corpus: $(STAMP)
+	$(BIN)/python tools/corpus.py $(CORPUS_ARGS)
 
 ## The Docker test bed for the container-mode tests (tests/container/): installs docker.io from Debian's
 ## archive when missing, starts this project's own dockerd (no bridge network), builds or reuses the

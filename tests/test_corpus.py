@@ -1,0 +1,76 @@
+"""The corpus's pins, requests and harness pieces (the builds themselves run in `make corpus`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.corpus_steps import CORPUS_DIR, TORCH, CorpusError, first_error, layout_of, load_corpus
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+from wheelfoundry.resolve import resolve_version
+
+CORPUS = CORPUS_DIR / "corpus.toml"
+
+
+def test_the_corpus_covers_every_loading_pattern_both_ninja_settings_and_only_permissive_licences() -> None:
+    packages = load_corpus(CORPUS)
+    assert len(packages) >= 5
+    assert len({p.sha256 for p in packages}) == len(packages)
+    covered = {kind for p in packages for kind in p.loading}
+    assert {"module", "pathfinder", "top-level"} <= covered  # "libs": none gives it (corpus.toml says why)
+    assert {p.ninja for p in packages} == {True, False}
+    assert {p.license for p in packages} <= {"MIT", "BSD-3-Clause", "BSD-2-Clause", "Apache-2.0"}
+    assert sum(p.ci for p in packages) >= 4
+
+
+@pytest.mark.parametrize("package", load_corpus(CORPUS), ids=lambda p: p.name)
+def test_each_request_plans_the_cells_the_harness_and_the_gpu_run_expect(package: object) -> None:
+    from tools.corpus_steps import Package
+
+    assert isinstance(package, Package)
+    catalog, config = load_catalog(), load_config()
+    cpu = json.loads(package.request("cpu").read_text())
+    assert (cpu["name"], cpu["torch"], cpu["cuda"], cpu["python"]) == (package.name, ["2.13"], ["cpu"], ["3.11"])
+    assert resolve_version(cpu["torch"][0], catalog).torch_version == TORCH  # the user venv's torch
+    gpu = json.loads(package.request("cu130").read_text())
+    assert (gpu["name"], gpu["torch"], gpu["cuda"], gpu["python"]) == (package.name, ["2.11"], ["13.0"], ["3.12"])
+    assert gpu["arch_list"] == "9.0"
+    for raw in (cpu, gpu):
+        (job,) = plan_request(parse_request(raw), catalog, config).jobs
+        assert job.kind == "extension"
+
+
+def test_a_wrong_pin_is_refused_naming_the_package_field_and_value(tmp_path: Path) -> None:
+    text = CORPUS.read_text()
+    bad = text.replace('sha256 = "416a7dd2', 'sha256 = "XYZ7dd2', 1)
+    assert bad != text
+    (tmp_path / "corpus.toml").write_text(bad)
+    with pytest.raises(CorpusError, match=r"package 'torchsort': sha256 = 'XYZ7dd2"):
+        load_corpus(tmp_path / "corpus.toml")
+    (tmp_path / "corpus.toml").write_text(text.replace('loading = ["module"]', 'loading = ["magic"]', 1))
+    with pytest.raises(CorpusError, match=r"loading = \['magic'\]; allowed: module, pathfinder"):
+        load_corpus(tmp_path / "corpus.toml")
+
+
+def test_the_first_error_is_the_line_a_user_needs() -> None:
+    log = "Traceback (most recent call last):\n  File x\nImportError: Could not find module '_version_cpu' in /s\n"
+    assert first_error(log) == "ImportError: Could not find module '_version_cpu' in /s"
+    assert first_error("ok   a\nFAIL check_knn: AssertionError: x\n1 of 2 checks passed") == (
+        "FAIL check_knn: AssertionError: x"
+    )
+    assert first_error("") == "exit status non-zero, no output"
+
+
+def test_the_layout_is_the_runs_own_word_else_marked_as_the_requests() -> None:
+    assert layout_of({"layout": "per-cell", "layout_reason": "import failed"}, {}, "auto") == (
+        "per-cell",
+        "import failed",
+    )
+    assert layout_of({}, {"layout": {"chosen": "merged", "reason": "served"}}, "auto") == ("merged", "served")
+    chosen, why = layout_of({}, {}, "merged")
+    assert chosen == "merged?" and "reports no layout" in why
