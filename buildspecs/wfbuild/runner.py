@@ -131,7 +131,7 @@ class Job:
             # This host's glibc is newer than the builder image's: tag what the host allows.
             env.setdefault("WF_REPAIR_PLAT", "auto")
         merged = {**env, **layered}
-        merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else merged
+        merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else toolkit.without_cuda(merged)
         if self.cache is None or stage.host:
             return merged
         return self.cache.stage_env(merged, wrap=_wraps(stage))

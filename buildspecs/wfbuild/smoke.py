@@ -73,6 +73,7 @@ def spec_for(wheel: Path, cfg: Config) -> dict[str, object]:
         "dist": info.project,
         "version": info.version,
         "modules": [main] if main else wheelfile.top_level_modules(wheel),
+        "preload": [] if info.project == "torch" else ["torch"],  # every wheel but torch's runs beside torch
         "checks": checks,
         "group": GROUP,
         "entry_points": wheelfile.entry_points(wheel, GROUP),

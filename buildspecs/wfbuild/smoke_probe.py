@@ -37,6 +37,10 @@ def _module(name: str) -> Any:
     return importlib.import_module(name)
 
 
+def _loaded(module: str) -> str:
+    return str(getattr(_module(module), "__version__", module))
+
+
 def check_import(module: str) -> str:
     mod = _module(module)
     where = str(os.path.realpath(getattr(mod, "__file__", None) or next(iter(getattr(mod, "__path__", [""])))))
@@ -130,6 +134,9 @@ def run_module(module: str) -> str:
 
 def steps(spec: dict[str, Any]) -> list[tuple[str, Callable[[], str]]]:
     out: list[tuple[str, Callable[[], str]]] = [("version", partial(check_version, spec))]
+    # A torch extension's modules (torch-harmonics' top-level disco_helpers, say) need libc10 loaded by
+    # torch first, as every user has it: import torch before them (from wherever it is installed).
+    out += [(f"import {m} (first)", partial(_loaded, m)) for m in spec.get("preload", [])]
     out += [(f"import {m}", partial(check_import, m)) for m in spec["modules"]]
     out += [(c, CHECKS[c]) for c in spec["checks"]]
     out += [

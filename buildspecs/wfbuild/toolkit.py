@@ -77,6 +77,18 @@ def stage_env(env: Mapping[str, str], cuda_home: Path) -> dict[str, str]:
     return out
 
 
+def without_cuda(env: Mapping[str, str]) -> dict[str, str]:
+    """A host-mode stage of a job without a toolkit sees no CUDA at all (never the machine's).
+
+    A CPU cell whose setup.py builds CUDA code when it finds nvcc (torchsort's does) would otherwise
+    compile against whatever toolkit this host happens to have, and fail or mislabel the wheel.
+    """
+    out = {k: v for k, v in env.items() if k not in CUDA_VARIABLES}
+    path = env.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+    out["PATH"] = os.pathsep.join(p for p in path if p and not os.access(os.path.join(p, "nvcc"), os.X_OK))
+    return out
+
+
 def describe(cuda_home: Path) -> str:
     record = json.loads((cuda_home / "wf-toolkit.json").read_text(encoding="utf-8"))
     return f"CUDA {record['cuda']} ({record['platform']}, release {record['release']}): {len(record['wheels'])} wheels"
