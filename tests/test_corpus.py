@@ -25,7 +25,7 @@ def test_the_corpus_covers_every_loading_pattern_both_ninja_settings_and_only_pe
     assert {"module", "pathfinder", "top-level"} <= covered  # "libs": none gives it (corpus.toml says why)
     assert {p.ninja for p in packages} == {True, False}
     assert {p.license for p in packages} <= {"MIT", "BSD-3-Clause", "BSD-2-Clause", "Apache-2.0"}
-    assert sum(p.ci for p in packages) >= 4
+    assert sum(p.ci for p in packages) >= 2  # CI builds the ones that compile in minutes on 2 cores
 
 
 @pytest.mark.parametrize("package", load_corpus(CORPUS), ids=lambda p: p.name)

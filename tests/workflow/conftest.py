@@ -98,3 +98,21 @@ def wait_for(predicate: Any, timeout: float = 120, what: str = "") -> Any:
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def explained(aws: EmbeddedAws, stack: DeployedStack, result: ExecutionResult) -> str:  # noqa: F811
+    """A failed run as `wheelfoundry status` explains it: per failed job the stage, the cause lines, the log."""
+    import json
+
+    from wheelfoundry_user.failures import render, run_failures
+
+    bucket = stack.outputs["WheelBucketName"]
+
+    def get_json(key: str) -> Any:
+        try:
+            return json.loads(aws.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        except Exception:  # absent, as the CLI's reader returns it
+            return None
+
+    run_id = result.arn.rsplit(":", 1)[1]
+    return "\n".join(render(run_failures(get_json, run_id), bucket)) or f"{result.error}: {result.cause}"

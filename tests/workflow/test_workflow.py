@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.workflow.conftest import (
+    explained,
     extension_request,
     launched_by,
     run,
@@ -41,7 +42,7 @@ def building(aws: EmbeddedAws) -> str:
 def test_one_job_builds_publishes_and_indexes(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     # The per-cell layout: one wheel per cell with its +pt<XY><variant> label (tests/workflow/test_merged.py: merged).
     result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), layout="per-cell"))
-    assert result.succeeded, (result.error, result.cause)
+    assert result.succeeded, explained(aws, stack, result)
     assert result.output["status"] == "succeeded" and result.output["published"] == 1
     run_id = result.output["run_id"]
     (wheel,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
