@@ -90,7 +90,7 @@ def zero_tmpxft(path: str) -> int:
 def command(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     """``argv`` (``[sccache] nvcc ARGS``) with the per-file flags appended when it compiles one .cu file."""
     sources = cuda_sources(argv[1:])
-    if len(sources) != 1 or "-c" not in argv and "--compile" not in argv:
+    if len(sources) != 1 or ("-c" not in argv and "--compile" not in argv):
         return list(argv)
     return [*argv, *per_file_nvcc_flags(sources[0], environ.get("WF_SRC_DIR"))]
 

@@ -62,14 +62,19 @@ def test_the_launcher_passes_the_flags_and_zeroes_the_pid_of_nvccs_intermediates
     """A stand-in nvcc that records its arguments and writes an object naming a tmpxft intermediate."""
     fake = tmp_path / "nvcc"
     fake.write_text(
-        "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGS\"\n"
-        "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
-        "printf 'ELF..tmpxft_00003a7f_00000000-6_k.cudafe1.cpp..' > \"$out\"\nexit \"${CODE:-0}\"\n"
+        '#!/bin/sh\nprintf \'%s\\n\' "$@" > "$ARGS"\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+        'printf \'ELF..tmpxft_00003a7f_00000000-6_k.cudafe1.cpp..\' > "$out"\nexit "${CODE:-0}"\n'
     )
     fake.chmod(0o755)
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "k.cu").write_text(KERNEL)
-    env = {**os.environ, "ARGS": str(tmp_path / "args"), "WF_SRC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT / "buildspecs")}
+    env = {
+        **os.environ,
+        "ARGS": str(tmp_path / "args"),
+        "WF_SRC_DIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT / "buildspecs"),
+    }
     argv = [sys.executable, "-m", "wfbuild.nvcc", str(fake), "-c", str(tmp_path / "csrc" / "k.cu"), "-o", "k.o"]
     assert subprocess.run(argv, cwd=tmp_path, env=env, check=False).returncode == 0
     assert (tmp_path / "k.o").read_bytes() == b"ELF..tmpxft_00000000_00000000-6_k.cudafe1.cpp.."
@@ -92,14 +97,16 @@ def locked_nvcc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "bin" / "nvcc"
 
 
-def _compile(compiler: Path, root: Path, launcher: bool) -> bytes:
+def _compile(compiler: Path, root: Path, launcher: bool, threads: str = "") -> bytes:
     (root / "csrc").mkdir(parents=True, exist_ok=True)
     (root / "csrc" / "k.cu").write_text(KERNEL)
     argv = [str(compiler), "-c", "-O2", "-Xcompiler", "-fPIC", "-gencode", "arch=compute_90,code=sm_90"]
+    argv += ["-gencode", "arch=compute_80,code=sm_80"] if threads else []
     argv += [str(root / "csrc" / "k.cu"), "-o", str(root / "k.o")]
     if launcher:
         argv = [sys.executable, "-m", "wfbuild.nvcc", *argv]
     env = {"PATH": f"{compiler.parent}:/usr/bin:/bin", "WF_SRC_DIR": str(root), "PYTHONPATH": str(ROOT / "buildspecs")}
+    env |= {"NVCC_APPEND_FLAGS": f"--threads {threads}"} if threads else {}
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return (root / "k.o").read_bytes()
@@ -113,6 +120,7 @@ def test_the_locked_nvcc_compiles_an_anonymous_namespace_kernel_to_one_object_fr
     plain = [_compile(locked_nvcc, tmp_path / f"plain{i}" / "src", False) for i in (1, 2)]
     assert plain[0] != plain[1], "plain nvcc gave one object from two folders: nothing to fix, the test proves nothing"
     assert b"_GLOBAL__N__" in plain[0] and b"tmpxft_" in plain[0]
-    one = _compile(locked_nvcc, tmp_path / "a" / "src", True)
-    two = _compile(locked_nvcc, tmp_path / "elsewhere" / "b" / "src", True)
+    # two architectures, compiled one at a time in one folder and two at a time (nvcc --threads) in another
+    one = _compile(locked_nvcc, tmp_path / "a" / "src", True, threads="1")
+    two = _compile(locked_nvcc, tmp_path / "elsewhere" / "b" / "src", True, threads="2")
     assert one == two
