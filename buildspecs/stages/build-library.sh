@@ -24,6 +24,7 @@ if [[ -n "${WF_BUILD_COPY:-}" ]]; then
   cp -a -- "$WF_SRC_DIR/." "$WF_BUILD_COPY/"
   WF_SRC_DIR="$WF_BUILD_COPY"
 fi
+wf_nvcc_launcher
 python="$WF_ENV_DIR/bin/python"
 export PATH="$WF_ENV_DIR/bin:$PATH"
 if [[ -n "${WF_TORCH_WHEEL_DIR:-}" ]]; then

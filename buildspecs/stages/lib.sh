@@ -39,6 +39,18 @@ wf_nightly_version() {
   wf_log "$var=$value"
 }
 
+# wf_nvcc_launcher: with a CUDA toolkit, PYTORCH_NVCC (torch.utils.cpp_extension's nvcc, sccache's when
+# the runner set one) runs behind wfbuild.nvcc, which adds each .cu file's reproducibility flags (a seed
+# and source name from its path under WF_SRC_DIR). Call it before a build environment leads PATH: the
+# launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode
+# runner's environment) leaves nvcc as it is: the comparison that shows what the launcher fixes.
+wf_nvcc_launcher() {
+  [[ -n "${CUDA_HOME:-}" && "${WF_NVCC_LAUNCHER:-on}" != off ]] || return 0
+  PYTORCH_NVCC="$(command -v python3) -m wfbuild.nvcc ${PYTORCH_NVCC:-$CUDA_HOME/bin/nvcc}"
+  export PYTORCH_NVCC
+  wf_log "nvcc: $PYTORCH_NVCC"
+}
+
 # sccache is a cache, not a requirement: without it (or without its bucket) compile directly.
 # WF_SCCACHE=on: the runner started the job's server and set the launchers or wrappers (host mode).
 wf_sccache_setup() {

@@ -12,6 +12,8 @@ Three things vary between two builds of the same source and are pinned here:
   ``__FILE__`` and macros) rewrites the work folder to ``.`` and, in host mode, the shared cache (the
   torch headers of the cached build environments) to ``/cache``, the container's name for it.
   nvcc passes it to its host compiler (``NVCC_APPEND_FLAGS=-Xcompiler=...``, read by nvcc >= 11.5).
+  nvcc's own front end needs per-file flags (a seed, the source's name under the source root): the
+  launcher wfbuild.nvcc adds them (``wfbuild.nvcc.per_file_nvcc_flags``).
 - **Archive order and modes.** ``normalize`` rewrites a finished wheel with its members sorted
   (``.dist-info`` last, RECORD at the end), one timestamp and modes 0644/0755 (not the umask's).
 """
@@ -119,6 +121,10 @@ def record(meta: Path, package: str | None, kind: str) -> dict[str, Any]:
         "source_date_epoch_rule": found[1] if found else "no source time recorded: the wheel's timestamps are 1980",
         "prefix_maps": "-ffile-prefix-map: the work folder to '.', in host mode the build cache to /cache",
         "archive": "members sorted, one timestamp, modes 0644/0755 (wfbuild.reproducible.normalize)",
+        "nvcc": (
+            "setuptools builds (torch.utils.cpp_extension with ninja): per .cu file -frandom-seed and cudafe++/cicc "
+            "--orig_src_path_name from its path under the source root, tmpxft pid zeroed (wfbuild.nvcc)"
+        ),
     }
     if kind == "pytorch":
         out["not_promised"] = (
