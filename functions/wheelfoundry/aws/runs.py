@@ -8,6 +8,8 @@ from datetime import date
 from typing import Any
 
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
+from wheelfoundry.aws.timing import calibration_key, read_record
+from wheelfoundry.buildenv import extension_cache_scope
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, LaunchFailed, RequestInvalid
@@ -114,11 +116,14 @@ def check_source_location(request: Any, settings: ValidateSettings) -> None:
 def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
-    config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
+    config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(event.get("request"), catalog, config)
     check_source_location(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
-    plan = plan_request(request, catalog, config, context, today)
+    source = getattr(request, "source", None)
+    recorded_at = calibration_key(extension_cache_scope(source)) if source is not None else None
+    record = read_record(s3, settings.bucket, recorded_at) if recorded_at else None
+    plan = plan_request(request, catalog, config, context, today, record)
     run_id = event["name"]
     bundle_key, pins = current_bundle(s3, settings.bucket)
     # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
@@ -135,6 +140,8 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "layout": getattr(plan.request, "layout", "per-cell"),
         "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
         "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
+        "calibration_key": recorded_at,  # Report records this run's extension cells there
+        "estimated_wall_hours": plan.wall_hours,  # report.json sets it beside the jobs' actual hours
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -166,7 +173,7 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
             "on_demand": {"spot": False},  # merged into a job when spot capacity fails it
         },
         "jobs": summaries,
-        "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
+        "estimate": {"instance_hours": plan.hours, "usd": plan.usd, "wall_hours": plan.wall_hours},
         "merge": {"status": "not merged" if getattr(plan.request, "layout", "") != "merged" else "pending"},
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images
