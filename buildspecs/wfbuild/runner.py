@@ -267,9 +267,8 @@ class Job:
         for pair in pairs:
             groups.setdefault(pair[0].group or "", []).append(pair)
         slots = self.cell_slots(len(groups))
-        self.log.note(
-            f"{len(groups)} cell(s), {slots.cells} at a time, MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
-        )
+        each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
+        self.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}")
         self.parallelism = {"cells_at_once": slots.cells, "max_jobs": slots.jobs, "nvcc_threads": slots.threads}
         extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
         extra["WF_NVCC_THREADS"] = str(slots.threads)

@@ -150,7 +150,8 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
         "elapsed_seconds": None if started is None else round((stopped or datetime.now(UTC).timestamp()) - started, 1),
         "channel": plan.get("channel"),
         "estimated_usd": plan.get("estimated_usd"),
-        "estimated_wall_seconds": None if plan.get("estimated_wall_hours") is None
+        "estimated_wall_seconds": None
+        if plan.get("estimated_wall_hours") is None
         else round(float(plan["estimated_wall_hours"]) * 3600),
         "estimated_build_hours": plan.get("estimated_instance_hours"),
         "actual_usd": round(sum(j["actual_usd"] or 0 for j in jobs), 4) if jobs else None,

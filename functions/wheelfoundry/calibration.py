@@ -81,7 +81,9 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
     return out
 
 
-def updated(record: Mapping[str, Any] | None, scope: str, run: str, cells: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def updated(
+    record: Mapping[str, Any] | None, scope: str, run: str, cells: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
     """The source's record with this run's cells added (the newest KEEP kept)."""
     fresh = [{**c, "run": run} for c in cells]
     kept = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and c.get("run") != run]

@@ -7,8 +7,8 @@ about executors.
 Cost model. A job's estimate is hours on its EC2 instance (the planner's model: linear in cores).
 On a CodeBuild compute type those hours scale by the cores the job can use on each machine: the
 cores that memory allows at ``gib_per_compile_job`` each, and for an extension job no more than
-``extension_cores_per_cell`` (times its nvcc threads) per cell. So a one-cell extension takes as long on a 2-vCPU container
-as on a 16-vCPU instance, and a PyTorch build fits only CodeBuild's largest types. EC2's price is
+``extension_cores_per_cell`` times its nvcc threads per cell. So a one-cell extension takes as long on
+a 2-vCPU container as on a 16-vCPU instance, and a PyTorch build fits only CodeBuild's largest types. EC2's price is
 the instance (spot by ``spot_factor``) plus its root volume; CodeBuild's is started minutes times
 the type's per-minute price.
 

@@ -17,9 +17,9 @@ from typing import Any
 from packaging.version import Version
 
 from wheelfoundry import buildenv, walltime
+from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
-from wheelfoundry.calibration import cell_cost
 from wheelfoundry.jobs import (
     CellSpec,
     Estimate,

@@ -44,8 +44,12 @@ def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for result in results:
         timing = result.get("timing") or {}
         est, actual = timing.get("estimated_hours"), timing.get("actual_hours")
-        ratio = round(actual / est, 2) if isinstance(est, int | float) and est and isinstance(actual, int | float) else None
-        rows.append({"job_id": result.get("job_id"), "estimated_hours": est, "actual_hours": actual, "actual/estimated": ratio})
+        ratio = (
+            round(actual / est, 2) if isinstance(est, int | float) and est and isinstance(actual, int | float) else None
+        )
+        rows.append(
+            {"job_id": result.get("job_id"), "estimated_hours": est, "actual_hours": actual, "actual/estimated": ratio}
+        )
     return rows
 
 
