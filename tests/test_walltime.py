@@ -180,3 +180,18 @@ def test_after_a_run_each_job_reports_estimated_against_actual_and_its_cells_cal
     assert cell_cost(True, 7, config, record).work == pytest.approx(2.0, rel=1e-3)
     assert record_cells(s3, run, [{"timing": timing}]) == 1  # the same run again replaces, never doubles
     assert len(json.loads(s3.objects["calibration/x.json"])["cells"]) == 1
+
+
+def test_status_shows_the_expected_wall_time_and_each_finished_job_against_its_estimate() -> None:
+    from wheelfoundry_user.status import render_status
+
+    job = {"job": "ext-cuda13.0-x86_64", "executor": "ec2", "state": "succeeded", "stage": "done",
+           "elapsed_seconds": 2700.0, "estimated_seconds": 1800, "estimated_usd": 0.5, "actual_usd": 0.75,
+           "detail": "", "gpu_test": None, "compiler_cache": None}  # fmt: skip
+    status = {"run": "r1", "status": "SUCCEEDED", "elapsed_seconds": 3000.0, "estimated_wall_seconds": 2160,
+              "estimated_build_hours": 1.2, "estimated_usd": 0.9, "actual_usd": 0.75, "channel": "c", "jobs": [job],
+              "error": None, "failures": [], "bucket": "b"}  # fmt: skip
+    text = render_status(status)
+    assert "elapsed 50m00s of an expected 36m00s wall (1.2 build-hours)" in text
+    assert "EST. TIME" in text and "30m00s" in text and "1.50x" in text
+    assert "1.50x" not in render_status({**status, "jobs": [{**job, "stage": "build"}]})

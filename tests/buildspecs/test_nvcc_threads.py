@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.buildspecs.conftest import example_source
-from tests.buildspecs.test_runner import Aws, aws, moto_endpoint, runner_env, tarball  # noqa: F401
+from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -111,7 +111,7 @@ class NvccSampler(threading.Thread):
         return None
 
 
-def _put_job(aws: Aws, tmp: Path) -> str:  # noqa: F811
+def _put_job(aws: Aws, tmp: Path) -> str:
     key = "sources/wf-example-ops.tar.gz"
     aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(example_source(tmp / "src"), "wf-example-ops-0.1.0"))
     (job,) = plan_request(parse_request({**REQUEST, "source": {"s3": f"s3://{aws.bucket}/{key}"}}), load_catalog(),
@@ -124,7 +124,7 @@ def _put_job(aws: Aws, tmp: Path) -> str:  # noqa: F811
     return f"{prefix}job.json"
 
 
-def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int) -> tuple[dict[str, Any], NvccSampler]:  # noqa: F811
+def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int) -> tuple[dict[str, Any], NvccSampler]:
     execution, token = aws.task_token()
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists()]
     env = runner_env(aws, job_key, token, work, cache, WF_NVCC_THREADS=str(threads), PATH=os.pathsep.join(path))
@@ -146,16 +146,18 @@ def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int) -> tup
 
 @pytest.mark.timeout(3000)
 def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_same_wheel(
-    aws: Aws,  # noqa: F811
+    moto_endpoint: str,  # noqa: F811
     cache_dir: Path,
     tmp_path: Path,
 ) -> None:
-    job_key = _put_job(aws, tmp_path)
     work = tmp_path / "work"  # both builds here (removed after each success)
-    serial, one = _build(aws, job_key, work, cache_dir, 1)
+    # a region (stack) per build: moto's Step Functions fails a second execution started in one region here
+    first_aws, second_aws = Aws(moto_endpoint, "us-west-1"), Aws(moto_endpoint, "eu-west-3")
+    serial, one = _build(first_aws, _put_job(first_aws, tmp_path / "one"), work, cache_dir, 1)
     (first,) = serial["wheels"]
-    parallel, two = _build(aws, job_key, work, cache_dir, 2)
+    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path / "two"), work, cache_dir, 2)
     (second,) = parallel["wheels"]
+    aws = second_aws
     # --threads 1: nothing appended, one architecture at a time
     assert one.nvcc_seen >= 1 and not any("--threads" in f for f in one.flags), one.flags
     assert one.most_at_once == 1
