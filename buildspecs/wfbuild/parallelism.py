@@ -60,12 +60,26 @@ def cell_slots(
 
 
 def nvcc_threads_env(env: Mapping[str, str], threads: int) -> dict[str, str]:
-    """The one place nvcc's ``--threads`` is assembled: ``env``'s NVCC_APPEND_FLAGS with it appended
-    (nothing when ``threads`` is 1, nvcc's default). Other NVCC_APPEND_FLAGS (the reproducibility prefix
-    maps, a package's own) are kept in order."""
-    if threads <= 1:
-        return {}
+    """The one place this module's nvcc flags are assembled: ``env``'s NVCC_APPEND_FLAGS with ``--threads``
+    appended (none when ``threads`` is 1, nvcc's default) and, for CUDA >= 13.0 (checked here with the
+    repository's 13.0 lock), ``-objtemp``: nvcc then names its intermediate files after the object, not
+    ``tmpxft_<pid>``, whose name reaches the object's symbols (``_GLOBAL__sub_I_tmpxft_..._cudafe1.cpp``), so
+    two builds differ by nvcc's process ids whatever the thread count. Other NVCC_APPEND_FLAGS (the
+    reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins."""
     flags = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
-    if "--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags):
-        return {}  # the job or the package chose its own
-    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [env.get("NVCC_APPEND_FLAGS", ""), f"--threads {threads}"]))}
+    extra = []
+    if threads > 1 and not ("--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)):
+        extra.append(f"--threads {threads}")
+    if _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
+        extra.append("-objtemp")
+    if not extra:
+        return {}
+    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [env.get("NVCC_APPEND_FLAGS", ""), *extra]))}
+
+
+def _cuda_at_least(version: str, least: tuple[int, int]) -> bool:
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) >= least
+    except ValueError:
+        return False
