@@ -10,7 +10,7 @@ each further thread) does not fit. The planner (wheelfoundry.walltime.compile_sl
 
 The thread count changes how long a compile takes, never what it writes: each architecture's cubin is
 compiled by the same cicc/ptxas invocations and fatbinary orders them by the arch list
-(tests/local/test_nvcc_threads.py builds a cell both ways and compares the wheels' sha256).
+(tests/buildspecs/test_nvcc_threads.py builds a cell both ways and compares the wheels' sha256).
 """
 
 from __future__ import annotations
