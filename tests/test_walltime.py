@@ -119,6 +119,7 @@ def test_nvcc_threads_are_appended_to_the_flags_already_there_and_never_override
     assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 1) == {"NVCC_APPEND_FLAGS": "-objtemp"}
     assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 2) == {"NVCC_APPEND_FLAGS": "--threads 2 -objtemp"}
     assert nvcc_threads_env({"CUDA_VERSION": "12.6"}, 2) == {"NVCC_APPEND_FLAGS": "--threads 2"}
+    assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 2, objtemp=False) == {"NVCC_APPEND_FLAGS": "--threads 2"}
 
 
 def test_recorded_cells_of_the_same_source_scale_the_model() -> None:

@@ -59,18 +59,20 @@ def cell_slots(
         threads -= 1
 
 
-def nvcc_threads_env(env: Mapping[str, str], threads: int) -> dict[str, str]:
+def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True) -> dict[str, str]:
     """The one place this module's nvcc flags are assembled: ``env``'s NVCC_APPEND_FLAGS with ``--threads``
     appended (none when ``threads`` is 1, nvcc's default) and, for CUDA >= 13.0 (checked here with the
     repository's 13.0 lock), ``-objtemp``: nvcc then names its intermediate files after the object, not
     ``tmpxft_<pid>``, whose name reaches the object's symbols (``_GLOBAL__sub_I_tmpxft_..._cudafe1.cpp``), so
     two builds differ by nvcc's process ids whatever the thread count. Other NVCC_APPEND_FLAGS (the
-    reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins."""
+    reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins.
+    ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun steps and loses the object with
+    -objtemp: checked here), so the pid names stay (wfbuild.reproducible does not promise those bytes)."""
     flags = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
     extra = []
     if threads > 1 and not ("--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)):
         extra.append(f"--threads {threads}")
-    if _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
+    if objtemp and _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
         extra.append("-objtemp")
     if not extra:
         return {}

@@ -285,7 +285,9 @@ class Job:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
         env = {**self.stage_env(stage, in_container), **extra}
-        env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1)) if _compiles(stage) else {}
+        if _compiles(stage):  # sccache (a host server, or one per stage in a container) cannot take -objtemp
+            cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
+            env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1), objtemp=not cached)
         argv = stage.argv
         hook = None
         if in_container:
