@@ -78,8 +78,9 @@ def test_needs_respect_max_concurrency_and_count_gpu_tests() -> None:
     assert (standard.largest, standard.peak, standard.jobs) == (16, 64, 4)
     one_at_a_time = {n.quota.code: n for n in quotas.needs(plan.jobs, config, max_concurrency=1)}
     assert one_at_a_time["L-34B43A08"].peak == 16
-    gpu = by_code["L-DB2E81BA"]  # the CUDA jobs' on-demand g6.xlarge tests (4 vCPUs each), where testable
-    tested = [j for j in plan.jobs if j.gpu_test is not None and j.gpu_test.testable]
+    # An extension's GPU step runs on its test jobs (the published bytes): on-demand g6.xlarge, 4 vCPUs each.
+    gpu = {n.quota.code: n for n in quotas.needs([*plan.jobs, *plan.tests], config, 10)}["L-DB2E81BA"]
+    tested = [j for j in plan.tests if j.gpu_test is not None and j.gpu_test.testable]
     assert tested and (gpu.largest, gpu.jobs) == (4, len(tested))
 
 

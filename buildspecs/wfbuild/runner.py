@@ -38,6 +38,7 @@ from wfbuild import (
     hostfiles,
     hostinfo,
     manifest,
+    parallelism,
     reproducible,
     toolkit,
 )
@@ -86,6 +87,7 @@ class Job:
         self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
         self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
+        self.parallelism: dict[str, int] = {}  # how the cells shared the host (manifest "parallelism")
 
     def start_credentials(self) -> None:
         """Mint the job session the stages get instead of this host's role (wfbuild/credentials.py)."""
@@ -248,28 +250,40 @@ class Job:
         memory = max(1.0, self._spare_gib())
         return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
 
-    def cell_slots(self, cells: int) -> tuple[int, int]:
-        """(cells at once, MAX_JOBS of each): this host's cores and memory split so nothing swaps."""
+    def cell_slots(self, cells: int) -> parallelism.CellSlots:
+        """Cells at once, MAX_JOBS and nvcc threads of each: this host's cores and memory split so nothing
+        swaps (wfbuild.parallelism); WF_CELL_SLOTS / WF_NVCC_THREADS in the runner's environment pin them."""
         env = self.job.get("env", {})
         cores = hostinfo.cores()
-        per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
-        by_memory = max(1, int(self._spare_gib() // per_job))
-        compile_jobs = max(1, min(cores, by_memory, int(env.get("MAX_JOBS") or cores)))
-        slots = max(1, min(cells, compile_jobs, int(self.environ.get("WF_CELL_SLOTS") or cells)))
-        return slots, max(1, compile_jobs // slots)
+        threads = self.environ.get("WF_NVCC_THREADS")
+        return parallelism.cell_slots(
+            cores,
+            self._spare_gib(),
+            float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0),
+            float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0),
+            cells,
+            int(env.get("MAX_JOBS") or cores),
+            parallelism.arch_count(self.job.get("arch_list")) if self.job.get("cuda") else 1,
+            int(self.environ.get("WF_CELL_SLOTS") or 0) or None,
+            int(threads) if threads else None,
+        )
 
     def _run_cells(self, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:
         groups: dict[str, list[tuple[Stage, Stage]]] = {}
         for pair in pairs:
             groups.setdefault(pair[0].group or "", []).append(pair)
-        slots, jobs = self.cell_slots(len(groups))
-        self.log.note(f"{len(groups)} cell(s), {slots} at a time, MAX_JOBS={jobs} each")
+        slots = self.cell_slots(len(groups))
+        each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
+        self.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}")
+        self.parallelism = {"cells_at_once": slots.cells, "max_jobs": slots.jobs, "nvcc_threads": slots.threads}
+        extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
+        extra["WF_NVCC_THREADS"] = str(slots.threads)
 
         def chain(name: str) -> None:
             for pair in groups[name]:
-                self._step(pair, image, fatal_failed, {"MAX_JOBS": str(jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)})
+                self._step(pair, image, fatal_failed, extra)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=slots) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=slots.cells) as pool:
             for future in [pool.submit(chain, name) for name in groups]:
                 future.result()
 
@@ -277,6 +291,9 @@ class Job:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
         env = {**self.stage_env(stage, in_container), **extra}
+        if _compiles(stage):  # sccache (a host server, or one per stage in a container) cannot take -objtemp
+            cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
+            env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1), objtemp=not cached)
         argv = stage.argv
         hook = None
         if in_container:
@@ -385,6 +402,8 @@ class Job:
         if self.runner.aborted:
             data["status"] = "failed"
         data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
+        if self.parallelism:  # the estimate's calibration reads it (wheelfoundry.calibration)
+            data["parallelism"] = self.parallelism
         if self.cache is not None:
             data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
             self.log.note(cache_stats.describe(stats))

@@ -30,7 +30,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
     plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
-    checked = quota_lines(plan.jobs, config, args.quota, args.max_concurrency)  # refuses as Validate would
+    checked = quota_lines([*plan.jobs, *plan.tests], config, args.quota, args.max_concurrency)  # as Validate
     if args.json:
         images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
         print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images}, indent=2))

@@ -114,6 +114,21 @@ def render_tests(plan: Plan) -> list[str]:
     ]
 
 
+def wall_lines(plan: Plan) -> list[str]:
+    """How the wall time comes about: the longest job, and the target it was planned for (extensions)."""
+    if not plan.jobs:
+        return []
+    longest = max(plan.jobs, key=lambda j: j.estimate.hours)
+    lines = [f"wall time: the longest chain is {longest.id} ({longest.estimate.hours:.2f} h)"]
+    if len(plan.jobs) > plan.lanes:
+        lines[0] += f"; {len(plan.jobs)} jobs over {plan.lanes} at once"
+    if any(j.extension is not None for j in plan.jobs):
+        target = plan.jobs[0].options.max_wall_hours
+        met = "met" if plan.wall_hours <= target else "NOT met (see the note)"
+        lines[0] += f"; max_wall_hours {target:g}: {met}"
+    return lines
+
+
 def render_plan(plan: Plan, explain: bool = False) -> str:
     out = [table(HEADERS, [_cells(job) for job in plan.jobs])]
     out += render_tests(plan)
@@ -121,9 +136,11 @@ def render_plan(plan: Plan, explain: bool = False) -> str:
     executors = sorted({job.executor for job in plan.jobs})
     out.append(
         f"\n{len(plan.jobs)} job(s) -> channel '{plan.channel}' on {' and '.join(executors) or 'nothing'}; "
-        f"estimated {plan.hours:.2f} build-hours, ${plan.usd:.2f} (EC2: spot by the config's spot_factor, "
-        "with the root volume; CodeBuild: started minutes x its per-minute price)"
+        f"estimated wall {plan.wall_hours:.2f} h, {plan.hours:.2f} build-hours, ${plan.usd:.2f} "
+        "(EC2: spot by the config's spot_factor, with the root volume; CodeBuild: started minutes x its "
+        "per-minute price)"
     )
+    out += wall_lines(plan)
     gpu = [j.gpu_test for j in plan.jobs if j.gpu_test]
     if gpu:
         hours, usd = sum(t.max_seconds for t in gpu) / 3600, sum(t.usd for t in gpu)

@@ -121,6 +121,7 @@ def job_row(
         "stage": stage,
         "elapsed_seconds": None if elapsed is None else round(elapsed, 1),
         "estimated_usd": estimate.get("usd"),
+        "estimated_seconds": None if estimate.get("hours") is None else round(float(estimate["hours"]) * 3600),
         "actual_usd": None if actual is None else round(actual, 4),
         "detail": detail,
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
@@ -177,6 +178,10 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
         "elapsed_seconds": None if started is None else round((stopped or datetime.now(UTC).timestamp()) - started, 1),
         "channel": plan.get("channel"),
         "estimated_usd": plan.get("estimated_usd"),
+        "estimated_wall_seconds": None
+        if plan.get("estimated_wall_hours") is None
+        else round(float(plan["estimated_wall_hours"]) * 3600),
+        "estimated_build_hours": plan.get("estimated_instance_hours"),
         "actual_usd": round(sum(j["actual_usd"] or 0 for j in jobs), 4) if jobs else None,
         "jobs": jobs,
         "layout": {"chosen": merge["layout"], "why": merge.get("layout_reason")} if merge.get("layout") else None,
@@ -193,7 +198,8 @@ def render_status(status: dict[str, Any]) -> str:
     done = sum(1 for j in jobs if j["stage"] == "done")
     head = (
         f"run {status['run']}: {status['status']}, {done}/{len(jobs)} jobs done, "
-        f"elapsed {duration(status['elapsed_seconds'])}, estimated {usd(status['estimated_usd'])}, "
+        f"elapsed {duration(status['elapsed_seconds'])} of an expected {duration(status.get('estimated_wall_seconds'))}"
+        f" wall ({status.get('estimated_build_hours') or '-'} build-hours), estimated {usd(status['estimated_usd'])}, "
         f"so far ~{usd(status['actual_usd'])}" + (f", channel {status['channel']}" if status.get("channel") else "")
     )
     lines = [head]
@@ -207,13 +213,18 @@ def render_status(status: dict[str, Any]) -> str:
                 j["state"],
                 j["stage"],
                 duration(j["elapsed_seconds"]),
+                duration(j.get("estimated_seconds")),
+                _ratio(j.get("elapsed_seconds"), j.get("estimated_seconds"), j["stage"] == "done"),
                 usd(j["estimated_usd"]),
                 "~" + usd(j["actual_usd"]),
                 j["detail"],
             )
             for j in jobs
         ]
-        headers: tuple[str, ...] = ("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST.", "ACTUAL", "DETAIL")
+        headers: tuple[str, ...] = (
+            *("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST. TIME", "ACT/EST"),
+            *("EST.", "ACTUAL", "DETAIL"),
+        )
         if any(j.get("gpu_test") for j in jobs):
             rows = [(*row[:-1], j.get("gpu_test") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
             headers = (*headers[:-1], "GPU TEST", headers[-1])
@@ -229,6 +240,13 @@ def render_status(status: dict[str, Any]) -> str:
             status["status"], status.get("error"), status.get("cause"), failures, status["bucket"]
         )
     return "\n".join(lines)
+
+
+def _ratio(elapsed: float | None, estimated: float | None, done: bool) -> str:
+    """A finished job's actual time against the plan's (``1.30x``: took 30% longer); ``-`` while it runs."""
+    if not done or not elapsed or not estimated:
+        return "-"
+    return f"{elapsed / estimated:.2f}x"
 
 
 def runs_list(farm: Farm, limit: int) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -56,6 +56,7 @@ class Guardrails:
     max_instance_hours: float
     hard_max_jobs: int
     max_gpu_hours: float = 8.0
+    max_concurrent_jobs: int = 10  # the Build Map's MaxConcurrency: jobs beyond it wait for a lane
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,24 @@ class FarmConfig:
     gpu_types: Mapping[str, GpuType]
     gpu_test_instance: str  # the GPU test step's default instance type
     gpu_test_hours: float  # and its default limit per job
+    gib_per_nvcc_thread: float = 1.0  # memory of each further nvcc --threads thread
+    max_wall_hours: float = 1.0  # the stack's default options.max_wall_hours
+    extension_instances: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # platform -> types
 
     def instance(self, name: str) -> InstanceType | None:
         return self.instance_types.get(name)
 
-    def with_guardrails(self, max_jobs: int | None = None, max_instance_hours: float | None = None) -> FarmConfig:
+    def with_guardrails(
+        self, max_jobs: int | None = None, max_instance_hours: float | None = None, max_concurrent: int | None = None
+    ) -> FarmConfig:
         """Stack parameters override the file's guardrails, never past the hard cap."""
         rails = self.guardrails
         jobs = min(max_jobs if max_jobs is not None else rails.max_jobs, rails.hard_max_jobs)
         hours = max_instance_hours if max_instance_hours is not None else rails.max_instance_hours
-        return replace(self, guardrails=replace(rails, max_jobs=jobs, max_instance_hours=hours))
+        lanes = max_concurrent if max_concurrent is not None else rails.max_concurrent_jobs
+        return replace(
+            self, guardrails=replace(rails, max_jobs=jobs, max_instance_hours=hours, max_concurrent_jobs=lanes)
+        )
 
 
 def _load(data: Mapping[str, Any]) -> FarmConfig:
@@ -96,6 +105,7 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
             max_instance_hours=float(rails["max_instance_hours"]),
             hard_max_jobs=int(rails["hard_max_jobs"]),
             max_gpu_hours=float(rails["max_gpu_hours"]),
+            max_concurrent_jobs=int(rails.get("max_concurrent_jobs", 10)),
         ),
         max_hours=float(defaults["max_hours"]),
         gib_per_compile_job={k: float(v) for k, v in defaults["gib_per_compile_job"].items()},
@@ -129,6 +139,9 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         },
         gpu_test_instance=str(data["gpu_test"]["instance_type"]),
         gpu_test_hours=float(data["gpu_test"]["max_hours"]),
+        gib_per_nvcc_thread=float(defaults["gib_per_nvcc_thread"]),
+        max_wall_hours=float(defaults["max_wall_hours"]),
+        extension_instances={k: tuple(v) for k, v in data["layout"]["extension_instances"].items()},
     )
 
 

@@ -7,8 +7,8 @@ about executors.
 Cost model. A job's estimate is hours on its EC2 instance (the planner's model: linear in cores).
 On a CodeBuild compute type those hours scale by the cores the job can use on each machine: the
 cores that memory allows at ``gib_per_compile_job`` each, and for an extension job no more than
-``extension_cores_per_cell`` per cell. So a one-cell extension takes as long on a 2-vCPU container
-as on a 16-vCPU instance, and a PyTorch build fits only CodeBuild's largest types. EC2's price is
+``extension_cores_per_cell`` times its nvcc threads per cell. So a one-cell extension takes as long on
+a 2-vCPU container as on a 16-vCPU instance, and a PyTorch build fits only CodeBuild's largest types. EC2's price is
 the instance (spot by ``spot_factor``) plus its root volume; CodeBuild's is started minutes times
 the type's per-minute price.
 
@@ -64,7 +64,7 @@ def width(job: Job, config: FarmConfig) -> int | None:
     if job.extension is None:
         return None
     per_cell = int(config.estimates["extension_cores_per_cell"]["cuda" if job.cuda else "cpu"])
-    return max(1, len(job.extension.cells) * per_cell)
+    return max(1, len(job.extension.cells) * per_cell * job.extension.nvcc_threads)
 
 
 def _compile_jobs(vcpus: int, memory_gib: float, reserve_gib: float, per_job: float, config: FarmConfig) -> int:
@@ -95,6 +95,9 @@ def price(job: Job, compute: ComputeType, config: FarmConfig) -> Priced:
         problem = f"{compute.name} would take {hours:.1f} h, past CodeBuild's build timeout of {limit:g} h"
     elif minutes > job.options.max_hours * 60:
         problem = f"{compute.name} would take {hours:.1f} h, past options.max_hours {job.options.max_hours:g}"
+    elif job.extension is not None and hours > max(job.options.max_wall_hours, job.estimate.hours):
+        wall = job.options.max_wall_hours
+        problem = f"{compute.name} would take {hours:.2f} h, past the run's max_wall_hours {wall:g}"
     return Priced(compute, round(hours, 2), usd, jobs, problem)
 
 

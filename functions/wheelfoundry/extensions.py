@@ -2,55 +2,46 @@
 
 Cells that can share a builder image (same platform and CUDA toolkit; any torch and Python) form
 one job: one instance builds them in parallel, each cell in its own build environment, with the
-instance's compile jobs split between the cells that run at once (``parallel_cells``). So 3 torch
-x 2 CUDA x 3 Python is 2 jobs (one per CUDA toolkit), not 18.
+instance's compile jobs and nvcc threads split between the cells that run at once. So 3 torch x 2 CUDA
+x 3 Python is 2 jobs (one per CUDA toolkit), not 18, unless the run's wall-time target
+(``options.max_wall_hours``) needs a toolkit's cells spread over more instances: then the cheapest layout
+that meets it (wheelfoundry.walltime), each part a job of its own (``<name>-<target>-2of3``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv
+from wheelfoundry import buildenv, walltime
+from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
-from wheelfoundry.jobs import CellSpec, ExtensionSpec, InstanceChoice, Job, PackagePin, SmokeSpec, StackContext
+from wheelfoundry.jobs import (
+    CellSpec,
+    Estimate,
+    ExtensionSpec,
+    Job,
+    PackagePin,
+    SmokeSpec,
+    StackContext,
+)
 from wheelfoundry.model import ExtensionRequest, ExtensionSource
 from wheelfoundry.resolve import resolve_version
-from wheelfoundry.sizing import choose_instance, estimate, max_jobs
+from wheelfoundry.sizing import choose_instance, ec2_usd_per_hour, max_jobs
 from wheelfoundry.targets import target_id, variant
+from wheelfoundry.walltime import CellCost
 
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def source_version(source: ExtensionSource) -> str:
-    """The source's own version where its name says it (an sdist ``name-1.2.3.tar.gz``, a tag ``v1.2.3``)."""
-    if source.s3:
-        try:
-            return str(parse_sdist_filename(source.s3.rsplit("/", 1)[-1])[1])
-        except (InvalidSdistFilename, InvalidVersion):
-            pass
-    if source.ref:
-        try:
-            return str(Version(source.ref.removeprefix("v")))
-        except InvalidVersion:
-            pass
-    return "from source"
-
-
-def parallel_cells(cells: int, instance: InstanceChoice, accelerator: str, config: FarmConfig) -> int:
-    """Cells built at once: never more than the cores, nor more than memory holds at one compile job each."""
-    per_job = config.gib_per_compile_job["cuda" if accelerator == "cuda" else "cpu"]
-    by_memory = math.floor((instance.memory_gib - config.reserve_gib) / per_job)
-    return max(1, min(cells, instance.vcpus, by_memory))
 
 
 def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, platform: str) -> tuple[CellSpec, ...]:
@@ -86,90 +77,153 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
 
 
 def plan_extension(
-    request: ExtensionRequest, catalog: Catalog, config: FarmConfig, context: StackContext
+    request: ExtensionRequest,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    record: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Job, ...], list[str]]:
-    jobs: list[Job] = []
-    notes: list[str] = []
-    name = normalize(request.name)
-    source = request.source
-    scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
+    """The request's jobs: each (platform, CUDA toolkit)'s cells on as many instances as the cheapest layout
+    meeting ``options.max_wall_hours`` needs (wheelfoundry.walltime); ``record``: this source's recorded
+    cells (wheelfoundry.calibration), None for the catalog's model."""
+    groups = []
     for cuda_spec in request.cuda:
         cuda = None if cuda_spec == "cpu" else cuda_spec
-        accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
-            index_url = (
-                TORCH_INDEX.format(variant=variant(accelerator, cuda)) if request.torch_index == "pytorch" else None
+            cells = cells_for(request, catalog, cuda, platform)
+            if cells:
+                arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
+                archs = walltime.arch_count(arch_list) if cuda else 1
+                cost = cell_cost(bool(cuda), archs, config, record)
+                found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
+                found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
+                groups.append((cuda, platform, cells, arch_list, cost, found))
+    rails = config.guardrails
+    layout = walltime.choose_layouts(
+        [g[-1] for g in groups],
+        request.options.max_wall_hours,
+        min(rails.max_jobs, rails.max_concurrent_jobs),
+        rails.max_instance_hours,
+    )
+    jobs: list[Job] = []
+    notes: list[str] = []
+    for (cuda, platform, cells, arch_list, cost, _), chosen in zip(groups, layout.chosen, strict=True):
+        start = 0
+        for part, size in enumerate(walltime.shard_sizes(len(cells), chosen.shards), start=1):
+            shard = cells[start : start + size]
+            start += size
+            suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
+            job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
+            jobs.append(job)
+            slots = walltime.compile_slots(chosen.instance, size, bool(cuda), walltime.arch_count(arch_list), config)
+            threads = f", nvcc --threads {slots.threads}" if cuda else ""
+            notes.append(
+                f"{job.id}: {size} cell(s) on one {chosen.instance.name}, {slots.cells} at a time, "
+                f"MAX_JOBS {slots.jobs}{threads}; {cost.work:.2f} core-h + {cost.serial:.2f} h a cell ({cost.source})"
             )
-            cells = tuple(
-                dataclasses.replace(c, cuda=cuda, torch_index_url=index_url)
-                for c in cells_for(request, catalog, cuda, platform)
-            )
-            if not cells:
-                continue
-            tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
-            label = variant(accelerator, cuda)
-            instance = choose_instance(f"extension-{platform}", None, request.options.spot, config)
-            parallel = parallel_cells(len(cells), instance, accelerator, config)
-            per_job = config.gib_per_compile_job["cuda" if accelerator == "cuda" else "cpu"]
-            env = {
-                "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
-                "WF_GIB_PER_COMPILE_JOB": str(per_job),
-                "WF_RESERVE_GIB": str(config.reserve_gib),
-                "USE_CUDA": buildenv.flag(bool(cuda)),
-                **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
-            }
-            arch_list = None
-            toolkit_libraries: tuple[str, ...] = ()
-            if cuda:
-                # torch's CUDA headers need these at compile time; the user's torch brings them at run time
-                toolkit_libraries = buildenv.toolkit_requirements(catalog.cuda[cuda].requirements, extension=True)
-                arch_list = request.arch_list or default_arch_list(catalog, cells, cuda, platform)
-                env.update({"TORCH_CUDA_ARCH_LIST": arch_list, "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
-                env["CUDA_HOME"] = buildenv.CUDA_HOME
-            if platform == "aarch64":
-                env["LDFLAGS"] = buildenv.PAGE_SIZE_FLAG
-            ext = ExtensionSpec(
-                name=name,
-                source_s3=source.s3,
-                source_git=source.git,
-                source_ref=source.ref,
-                subdirectory=source.subdirectory,
-                torch_index_url=index_url,
-                cells=cells,
-                layout=request.layout,
-                require_all_cells=request.require_all_cells,
-                # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
-                label_wheels=request.layout != "per-cell" or request.local_version,
-                parallel_cells=parallel,
-            )
-            pythons = tuple(dict.fromkeys(c.python for c in cells))
-            # The extension's own version (plan shows it), not torch's: the cells name the torch releases.
-            pin = PackagePin(
-                name, source_version(source), source.git or source.s3 or "", source.ref or "", "git", None, pythons
-            )
-            per_cell = config.estimates["extension_per_python"][accelerator]
-            hours = config.estimates["setup"] + per_cell * len(cells)
-            jobs.append(
-                Job(
-                    id=f"{name}-{tid}",
-                    kind="extension",
-                    target=tid,
-                    platform=platform,
-                    accelerator=accelerator,
-                    cuda=cuda,
-                    arch_list=arch_list,
-                    variant=label,
-                    python=pythons,
-                    packages=(pin,),
-                    image=buildenv.image_for(platform, cuda, catalog, config, toolkit_libraries),
-                    instance=instance,
-                    env=env,
-                    requirements=(),
-                    smoke=SmokeSpec(mpi=False, mkldnn=False, cuda_built=bool(cuda)),
-                    options=request.options,
-                    estimate=estimate(hours, instance, config),
-                    extension=ext,
-                )
-            )
-            notes.append(f"{name}-{tid}: {len(cells)} cell(s) on one {instance.type}, {parallel} at a time")
+    if not layout.met:
+        notes.append(
+            f"max_wall_hours {request.options.max_wall_hours:g} cannot be met within this stack's guardrails "
+            f"({min(rails.max_jobs, rails.max_concurrent_jobs)} jobs at once, {rails.max_instance_hours:g} "
+            f"instance-hours): the fastest layout takes {layout.wall:.2f} h"
+        )
     return tuple(jobs), notes
+
+
+def source_version(source: ExtensionSource) -> str:
+    """The source's own version where its name says it (an sdist ``name-1.2.3.tar.gz``, a tag ``v1.2.3``)."""
+    if source.s3:
+        try:
+            return str(parse_sdist_filename(source.s3.rsplit("/", 1)[-1])[1])
+        except (InvalidSdistFilename, InvalidVersion):
+            pass
+    if source.ref:
+        try:
+            return str(Version(source.ref.removeprefix("v")))
+        except InvalidVersion:
+            pass
+    return "from source"
+
+
+def _job(
+    request: ExtensionRequest,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    cuda: str | None,
+    platform: str,
+    cells: tuple[CellSpec, ...],
+    arch_list: str | None,
+    cost: CellCost,
+    chosen: walltime.Option,
+    suffix: str,
+) -> Job:
+    """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type."""
+    pytorch_index = request.torch_index == "pytorch"
+    index_url = TORCH_INDEX.format(variant=variant("cuda" if cuda else "cpu", cuda)) if pytorch_index else None
+    # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs).
+    cells = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in cells)
+    name, source = normalize(request.name), request.source
+    accelerator = "cuda" if cuda else "cpu"
+    tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
+    label = variant(accelerator, cuda)
+    instance = choose_instance(f"extension-{platform}", chosen.instance.name, request.options.spot, config)
+    slots = walltime.compile_slots(chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config)
+    scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
+    env = {
+        "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
+        "WF_GIB_PER_COMPILE_JOB": str(config.gib_per_compile_job[accelerator]),
+        "WF_GIB_PER_NVCC_THREAD": str(config.gib_per_nvcc_thread),
+        "WF_RESERVE_GIB": str(config.reserve_gib),
+        "USE_CUDA": buildenv.flag(bool(cuda)),
+        **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
+    }
+    toolkit_libraries: tuple[str, ...] = ()
+    if cuda:
+        # torch's CUDA headers need these at compile time; the user's torch brings them at run time
+        toolkit_libraries = buildenv.toolkit_requirements(catalog.cuda[cuda].requirements, extension=True)
+        env.update({"TORCH_CUDA_ARCH_LIST": arch_list or "", "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
+        env["CUDA_HOME"] = buildenv.CUDA_HOME
+    if platform == "aarch64":
+        env["LDFLAGS"] = buildenv.PAGE_SIZE_FLAG
+    ext = ExtensionSpec(
+        name=name,
+        source_s3=source.s3,
+        source_git=source.git,
+        source_ref=source.ref,
+        subdirectory=source.subdirectory,
+        torch_index_url=index_url,
+        cells=cells,
+        layout=request.layout,
+        require_all_cells=request.require_all_cells,
+        # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
+        label_wheels=request.layout != "per-cell" or request.local_version,
+        parallel_cells=slots.cells,
+        nvcc_threads=slots.threads,
+    )
+    pythons = tuple(dict.fromkeys(c.python for c in cells))
+    # The extension's own version (plan shows it), not torch's: the cells name the torch releases.
+    pin = PackagePin(
+        name, source_version(source), source.git or source.s3 or "", source.ref or "", "git", None, pythons
+    )
+    hours = walltime.job_wall(len(cells), cost, slots, config)
+    return Job(
+        id=f"{name}-{tid}{suffix}",
+        kind="extension",
+        target=tid,
+        platform=platform,
+        accelerator=accelerator,
+        cuda=cuda,
+        arch_list=arch_list,
+        variant=label,
+        python=pythons,
+        packages=(pin,),
+        image=buildenv.image_for(platform, cuda, catalog, config, toolkit_libraries),
+        instance=instance,
+        env=env,
+        requirements=(),
+        smoke=SmokeSpec(mpi=False, mkldnn=False, cuda_built=bool(cuda)),
+        options=request.options,
+        estimate=Estimate(round(hours, 2), round(hours * ec2_usd_per_hour(instance, config), 2)),
+        extension=ext,
+    )

@@ -117,6 +117,7 @@ class ExtensionSpec:
     require_all_cells: bool = False
     label_wheels: bool = True  # per-cell layout without local versions: public versions only
     parallel_cells: int = 1  # the planner's expectation for the instance; the runner re-checks on the host
+    nvcc_threads: int = 1  # likewise: nvcc --threads of each CUDA cell (wfbuild.parallelism)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class Plan:
     channel: str
     images: tuple[ImageJob, ...] = ()  # runtime images built after PublishIndex (wheelfoundry.image_jobs)
     tests: tuple[Job, ...] = ()  # an extension run's published bytes, tested after Merge (wheelfoundry.testjobs)
+    lanes: int = 10  # jobs the Build Map runs at once (guardrails.max_concurrent_jobs)
 
     @property
     def hours(self) -> float:
@@ -194,6 +196,16 @@ class Plan:
         spent: list[Job | ImageJob] = [*self.jobs, *self.tests, *self.images]
         return round(sum(j.estimate.usd for j in spent), 2)
 
+    @property
+    def wall_hours(self) -> float:
+        """Expected hours from start to the last job's end (the longest chain): the jobs over the Build Map's
+        lanes (longest first), each job's GPU test at most, then the runtime images side by side."""
+        lanes = [0.0] * max(1, min(self.lanes, len(self.jobs)))
+        for job in sorted(self.jobs, key=lambda j: -j.estimate.hours):
+            gpu = job.gpu_test.max_seconds / 3600 if job.gpu_test else 0.0
+            lanes[lanes.index(min(lanes))] += job.estimate.hours + gpu
+        return round(max(lanes) + max((i.estimate.hours for i in self.images), default=0.0), 2)
+
     def summary(self) -> dict[str, Any]:
         return {
             "channel": self.channel,
@@ -202,5 +214,7 @@ class Plan:
             "images": [i.id for i in self.images],
             "estimated_instance_hours": self.hours,
             "estimated_usd": self.usd,
+            "estimated_wall_hours": self.wall_hours,
+            "job_estimates": {j.id: {"hours": j.estimate.hours, "usd": j.estimate.usd} for j in self.jobs},
             "notes": list(self.notes),
         }

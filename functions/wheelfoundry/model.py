@@ -48,6 +48,7 @@ class Options:
     max_hours: float = 8.0
     executor: Literal["auto", "ec2", "codebuild"] = "auto"  # auto: per job (wheelfoundry.executors)
     gpu_test: GpuTestOption | None = None  # None: CUDA wheels are published untested on a GPU
+    max_wall_hours: float = 1.0  # the run's expected wall time extension cells are fanned out to meet
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import date
+from typing import Any
 
 from packaging.version import Version
 
@@ -193,13 +195,14 @@ def plan_request(
     config: FarmConfig,
     context: StackContext | None = None,
     today: date | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The jobs a request runs, each on its executor; RequestInvalid (ExecutorRefused, GuardrailExceeded)
-    before anything is launched."""
+    before anything is launched. ``record``: the extension source's recorded cells (wheelfoundry.calibration)."""
     context = context or StackContext()
     today = today or date.today()
     if isinstance(request, ExtensionRequest):
-        jobs, notes = plan_extension(request, catalog, config, context)
+        jobs, notes = plan_extension(request, catalog, config, context, record)
         channel = request.channel
     else:
         resolved = resolve_version(request.version, catalog)
@@ -222,4 +225,7 @@ def plan_request(
     issues += gpu_guardrail_issues(jobs, config)
     if issues:
         raise GuardrailExceeded(issues)
-    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images, tests=tests)
+    lanes = config.guardrails.max_concurrent_jobs
+    return Plan(
+        request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images, tests=tests, lanes=lanes
+    )

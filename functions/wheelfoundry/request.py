@@ -85,9 +85,18 @@ def _issue_from(error: ValidationError) -> Issue:
         return Issue(path, f"{_short(value)} is not a valid value: expected {hint}", value)
     if kind == "type":
         return Issue(path, f"{_short(value)} has the wrong type: expected {error.validator_value}", value)
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return Issue(path, f"{_short(value)} is out of range", value, (_range(schema),))
     if kind == "oneOf" and path.endswith("source"):
         return Issue(path, "give exactly one of 's3' or 'git'", value, ("s3", "git"))
     return Issue(path, error.message, value)
+
+
+def _range(schema: Mapping[str, Any]) -> str:
+    """``0.25 <= value <= 48``: a numeric field's bounds as the schema states them."""
+    low = f"{schema['minimum']} <= " if "minimum" in schema else ""
+    low = f"{schema['exclusiveMinimum']} < " if "exclusiveMinimum" in schema else low
+    return f"{low}value" + (f" <= {schema['maximum']}" if "maximum" in schema else "")
 
 
 def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -280,6 +289,7 @@ def _options(data: Mapping[str, Any], config: FarmConfig) -> Options:
         max_hours=float(data["max_hours"]),
         executor=data["executor"],
         gpu_test=_gpu_test(data.get("gpu_test", False), data["spot"], config),
+        max_wall_hours=float(data.get("max_wall_hours", config.max_wall_hours)),
     )
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from wheelfoundry.aws.results import readable_cause
+from wheelfoundry.aws.timing import record_cells, report_rows
 from wheelfoundry.errors import JobsFailed
 
 
@@ -60,9 +61,12 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "images": images,
         "provenance": {k: attest.get(k) for k in ("status", "signed", "kept", "refused", "Error") if k in attest},
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
+        "estimated_wall_hours": run.get("estimated_wall_hours"),
+        "timing": report_rows(results),  # per job: the plan's estimate against the build's actual hours
         "status": "failed" if failures else "succeeded",
     }
     s3.put_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/report.json", Body=json.dumps(body, indent=2))
+    record_cells(s3, run, results)  # the next plan of this source starts from these cells' figures
     if failures:
         raise JobsFailed(failures)
     return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {

@@ -10,6 +10,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from wheelfoundry.aws.timing import job_timing
+from wheelfoundry.config import load_config
 from wheelfoundry.errors import ManifestInvalid
 
 CAUSE_IN_STATE = 1000  # characters of a failure's cause kept in the execution state; S3 has all of it
@@ -89,13 +91,15 @@ def verified_version(s3: Any, bucket: str, key: str, sha: str, job_id: str) -> t
     return (version if version and version != "null" else None), metadata
 
 
-def allowed_projects(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> set[str]:
-    """The projects this job may publish: its job.json's packages (written by Validate, not the build)."""
+def job_contract(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The job.json Validate wrote (not the build)."""
     key = _expect_key(job["id"], "job_key", job.get("job_key", f"{prefix}job.json"), f"{prefix}job.json")
     try:
         contract = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-        return {canonicalize_name(p["name"]) for p in contract.get("packages", [])}
-    except (ClientError, ValueError, KeyError, TypeError) as exc:
+        if not isinstance(contract, dict):
+            raise ValueError("not a JSON object")
+        return contract
+    except (ClientError, ValueError) as exc:
         raise ManifestInvalid(f"{job['id']}: cannot read the job contract s3://{bucket}/{key}: {exc}") from exc
 
 
@@ -111,6 +115,14 @@ def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[st
     except (ClientError, ValueError) as exc:
         raise ManifestInvalid(f"{job['id']}: cannot read what Merge staged: {exc}") from exc
     return {w["filename"]: w for w in merge.get("wheels", []) if w.get("test_job") == job["id"]}
+
+
+def allowed_projects(contract: dict[str, Any], job_id: str) -> set[str]:
+    """The projects this job may publish: its contract's packages."""
+    try:
+        return {canonicalize_name(p["name"]) for p in contract.get("packages", [])}
+    except (KeyError, TypeError) as exc:
+        raise ManifestInvalid(f"{job_id}: the job contract names no packages: {exc}") from exc
 
 
 def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
@@ -131,7 +143,8 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         job["id"], "manifest_key", build.get("manifest_key", f"{prefix}manifest.json"), f"{prefix}manifest.json"
     )
     manifest = _load_manifest(s3, bucket, manifest_key, job["id"])
-    projects = allowed_projects(s3, bucket, job, prefix)
+    contract = job_contract(s3, bucket, job, prefix)
+    projects = allowed_projects(contract, job["id"])
     staged = staged_digests(s3, run, job)
     published: list[str] = []
     unchanged: list[str] = []
@@ -179,6 +192,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "unchanged": unchanged,
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
+        "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
     }
 
 
@@ -243,4 +257,5 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "cause": cause[:CAUSE_IN_STATE],
         "published": len(collect_result.get("published", [])),
         "gpu_test": (full["gpu_test"] or {}).get("verdict"),  # None: no GPU test asked
+        "timing": collect_result.get("timing"),
     }

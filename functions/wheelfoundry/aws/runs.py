@@ -9,6 +9,8 @@ from typing import Any
 
 from wheelfoundry import quotas
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
+from wheelfoundry.aws.timing import calibration_key, read_record
+from wheelfoundry.buildenv import extension_cache_scope
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import FarmConfig, load_config
 from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
@@ -143,12 +145,16 @@ def validate(
 ) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
-    config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
+    config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(event.get("request"), catalog, config)
     check_source_location(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
-    plan = plan_request(request, catalog, config, context, today)
-    verdicts = quota_check(list(plan.jobs), config, service_quotas, settings)
+    source = getattr(request, "source", None)
+    recorded_at = calibration_key(extension_cache_scope(source)) if source is not None else None
+    record = read_record(s3, settings.bucket, recorded_at) if recorded_at else None
+    plan = plan_request(request, catalog, config, context, today, record)
+    # Test jobs too: an extension's GPU step runs on them (they follow the builds, so the peak is an upper bound).
+    verdicts = quota_check([*plan.jobs, *plan.tests], config, service_quotas, settings)
     values = {v.need.quota.code: v.value for v in verdicts}
     run_id = event["name"]
     bundle_key, pins = current_bundle(s3, settings.bucket)
@@ -168,6 +174,8 @@ def validate(
         "extension": isinstance(plan.request, ExtensionRequest),
         "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
         "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
+        "calibration_key": recorded_at,  # Report records this run's extension cells there
+        "estimated_wall_hours": plan.wall_hours,  # report.json sets it beside the jobs' actual hours
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -206,7 +214,7 @@ def validate(
         },
         "jobs": summaries["jobs"],
         "test_jobs": summaries["tests"],  # Merge passes on those that have wheels to test
-        "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
+        "estimate": {"instance_hours": plan.hours, "usd": plan.usd, "wall_hours": plan.wall_hours},
         "merge": {"status": "pending" if summaries["tests"] else "not merged"},
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images

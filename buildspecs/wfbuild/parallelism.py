@@ -1,0 +1,87 @@
+"""How an instance's cores and memory are shared by the cells it builds: cells at once, MAX_JOBS, nvcc threads.
+
+A CUDA cell's nvcc call compiles each architecture of TORCH_CUDA_ARCH_LIST in turn; ``--threads N`` has
+nvcc run N of them side by side (cicc and ptxas per architecture). It reaches every nvcc call of a build,
+torch's BuildExtension and CMake alike, through ``NVCC_APPEND_FLAGS`` (read by nvcc >= 11.5), so no
+package is edited. The cores go first to cells (one compile job each, as memory allows), then within a
+cell to nvcc threads (up to the architecture count), then to MAX_JOBS: cells x MAX_JOBS x threads stays
+within the cores. Threads give way while cells x MAX_JOBS x (a job's memory + a thread's memory for
+each further thread) does not fit. The planner (wheelfoundry.walltime.compile_slots) expects the same.
+
+The thread count changes how long a compile takes, never what it writes: each architecture's cubin is
+compiled by the same cicc/ptxas invocations and fatbinary orders them by the arch list
+(tests/buildspecs/test_nvcc_threads.py builds a cell both ways and compares the wheels' sha256).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MAX_NVCC_THREADS = 8
+
+
+@dataclass(frozen=True)
+class CellSlots:
+    cells: int  # cells built at once
+    jobs: int  # MAX_JOBS of each
+    threads: int  # nvcc --threads of each (1: no flag)
+
+
+def arch_count(arch_list: str | None) -> int:
+    """Device targets of one nvcc call: one per listed architecture (``+PTX`` rides with its SASS)."""
+    return len([a for a in (arch_list or "").replace(" ", ";").split(";") if a]) or 1
+
+
+def cell_slots(
+    cores: int,
+    spare_gib: float,
+    gib_per_job: float,
+    gib_per_thread: float,
+    cells: int,
+    max_jobs: int,
+    archs: int,
+    slots_override: int | None = None,
+    threads_override: int | None = None,
+) -> CellSlots:
+    """Cells at once, MAX_JOBS and nvcc threads; ``archs`` 1 (or a CPU job) means no threads."""
+    by_memory = max(1, int(spare_gib // gib_per_job))
+    units = max(1, min(cores, by_memory, max_jobs))
+    slots = max(1, min(cells, units, slots_override or cells))
+    per_cell = max(1, cores // slots)
+    threads = threads_override or min(archs, per_cell, MAX_NVCC_THREADS)
+    while True:
+        jobs = max(1, min(units // slots, per_cell // threads))
+        fits = slots * jobs * (gib_per_job + (threads - 1) * gib_per_thread) <= spare_gib
+        if threads == 1 or fits or threads_override:
+            return CellSlots(slots, jobs, max(1, threads))
+        threads -= 1
+
+
+def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True) -> dict[str, str]:
+    """The one place this module's nvcc flags are assembled: ``env``'s NVCC_APPEND_FLAGS with ``--threads``
+    appended (none when ``threads`` is 1, nvcc's default) and, for CUDA >= 13.0 (checked here with the
+    repository's 13.0 lock), ``-objtemp``: nvcc then names its intermediate files after the object, not
+    ``tmpxft_<pid>``, whose name reaches the object's symbols (``_GLOBAL__sub_I_tmpxft_..._cudafe1.cpp``), so
+    two builds differ by nvcc's process ids whatever the thread count. Other NVCC_APPEND_FLAGS (the
+    reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins.
+    ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun steps and loses the object with
+    -objtemp: checked here), so the pid names stay (wfbuild.reproducible does not promise those bytes)."""
+    flags = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
+    extra = []
+    if threads > 1 and not ("--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)):
+        extra.append(f"--threads {threads}")
+    if objtemp and _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
+        extra.append("-objtemp")
+    if not extra:
+        return {}
+    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [env.get("NVCC_APPEND_FLAGS", ""), *extra]))}
+
+
+def _cuda_at_least(version: str, least: tuple[int, int]) -> bool:
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) >= least
+    except ValueError:
+        return False

@@ -1,0 +1,175 @@
+"""A multi-architecture CUDA cell compiles its architectures side by side (nvcc --threads, through
+NVCC_APPEND_FLAGS) and its wheel is byte-identical to one built with --threads 1.
+
+The runner in host mode against moto (tests/buildspecs/test_runner.py's harness) builds examples/extension
+for CUDA 13.0 with two architectures, twice, in the same work folder: WF_NVCC_THREADS=1, then 2. The CUDA
+toolkit comes from the repository's lock (buildspecs/images/scripts/cuda/cuda-13.0-x86_64.toml), installed
+under WF_CACHE_DIR by the runner, with no system CUDA on PATH. While each builds, a sampler reads /proc:
+every nvcc process, the NVCC_APPEND_FLAGS it was started with, and how many of its cicc/ptxas (one per
+architecture) ran at the same moment.
+
+Same folder, because nvcc's front end names each file's anonymous namespace after a hash of the source's
+absolute path (``_GLOBAL__N__<hash>_..._ops_cuda_cu_...``): two builds in different folders differ there
+whatever the thread count (the builder container always builds in /work).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.buildspecs.conftest import example_source
+from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+
+DEVICE_TOOLS = ("cicc", "ptxas")
+REQUEST = {
+    "framework": "extension",
+    "name": "wf-example-ops",
+    "torch": ["2.14"],
+    "cuda": ["13.0"],
+    "python": ["3.11"],
+    "platforms": ["x86_64"],
+    "arch_list": "8.0;9.0",
+    "torch_index": "pip",  # this host's pip configuration: torch 2.14.1 (CUDA 13.0) from PyPI
+}
+
+
+def _stat(pid: str) -> tuple[str, str] | None:
+    """(comm, ppid) of a process, None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    return comm, text[text.rindex(")") + 2 :].split()[1]
+
+
+class NvccSampler(threading.Thread):
+    """Samples /proc: nvcc processes' NVCC_APPEND_FLAGS and the most device compiles one nvcc ran at once."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.flags: set[str] = set()
+        self.most_at_once = 0
+        self.nvcc_seen = 0
+        self.root = ""  # the runner's pid: only its descendants count (other builds may share this host)
+
+    def run(self) -> None:
+        seen: set[str] = set()
+        while not self.stop.wait(0.02):
+            procs = {pid: s for pid in os.listdir("/proc") if pid.isdigit() and (s := _stat(pid))}
+            per_nvcc: dict[str, int] = {}
+            for pid, (comm, _) in procs.items():
+                if comm == "nvcc" and pid not in seen and self._under_root(pid, procs):
+                    seen.add(pid)
+                    self._read_flags(pid)
+                if comm in DEVICE_TOOLS and (owner := self._nvcc_of(pid, procs)) and owner in seen:
+                    per_nvcc[owner] = per_nvcc.get(owner, 0) + 1
+            self.most_at_once = max([self.most_at_once, *per_nvcc.values()])
+        self.nvcc_seen = len(seen)
+
+    def _read_flags(self, pid: str) -> None:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return
+        for item in environ:
+            if item.startswith(b"NVCC_APPEND_FLAGS="):
+                self.flags.add(item.split(b"=", 1)[1].decode())
+
+    def _under_root(self, pid: str, procs: dict[str, tuple[str, str]]) -> bool:
+        for _ in range(40):
+            if pid == self.root:
+                return True
+            if pid not in procs:
+                return False
+            pid = procs[pid][1]
+        return False
+
+    @staticmethod
+    def _nvcc_of(pid: str, procs: dict[str, tuple[str, str]]) -> str | None:
+        for _ in range(6):  # nvcc -> (sh) -> cicc / ptxas
+            parent = procs.get(pid, ("", ""))[1]
+            if parent not in procs:
+                return None
+            if procs[parent][0] == "nvcc":
+                return parent
+            pid = parent
+        return None
+
+
+def _put_job(aws: Aws, tmp: Path) -> str:
+    key = "sources/wf-example-ops.tar.gz"
+    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(example_source(tmp / "src"), "wf-example-ops-0.1.0"))
+    (job,) = plan_request(parse_request({**REQUEST, "source": {"s3": f"s3://{aws.bucket}/{key}"}}), load_catalog(),
+                          load_config()).jobs  # fmt: skip
+    contract = job.to_dict()
+    prefix = f"runs/run-1/jobs/{job.id}/"
+    contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
+                       "region": aws.region}  # fmt: skip
+    aws.s3.put_object(Bucket=aws.bucket, Key=f"{prefix}job.json", Body=json.dumps(contract).encode())
+    return f"{prefix}job.json"
+
+
+def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int) -> tuple[dict[str, Any], NvccSampler]:
+    execution, token = aws.task_token()
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists()]
+    env = runner_env(aws, job_key, token, work, cache, WF_NVCC_THREADS=str(threads), PATH=os.pathsep.join(path))
+    for name in ("CUDA_HOME", "CUDA_PATH", "CUDACXX"):
+        env.pop(name, None)
+    sampler = NvccSampler()
+    with subprocess.Popen([sys.executable, "-m", "wfbuild.runner"], env=env, stdout=subprocess.PIPE, text=True) as proc:
+        sampler.root = str(proc.pid)
+        sampler.start()
+        try:
+            out, _ = proc.communicate(timeout=2400)
+        finally:
+            sampler.stop.set()
+            sampler.join()
+    assert proc.returncode == 0, out[-4000:]
+    output = json.loads(aws.finished(execution)["output"])
+    return output, sampler
+
+
+@pytest.mark.timeout(3000)
+def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_same_wheel(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"  # both builds here (removed after each success)
+    # a region (stack) per build: moto's Step Functions fails a second execution started in one region here
+    first_aws, second_aws = Aws(moto_endpoint, "us-west-1"), Aws(moto_endpoint, "eu-west-3")
+    serial, one = _build(first_aws, _put_job(first_aws, tmp_path / "one"), work, cache_dir, 1)
+    (first,) = serial["wheels"]
+    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path / "two"), work, cache_dir, 2)
+    (second,) = parallel["wheels"]
+    aws = second_aws
+    # --threads 1: nothing appended, one architecture at a time
+    assert one.nvcc_seen >= 1 and not any("--threads" in f for f in one.flags), one.flags
+    assert one.most_at_once == 1
+    # --threads 2: every nvcc started with it, and it ran both architectures' device compiles at once
+    assert two.nvcc_seen >= 1 and two.flags and all("--threads 2" in f for f in two.flags), two.flags
+    assert all("-ffile-prefix-map=" in f and "-objtemp" in f for f in one.flags | two.flags)  # reproducibility
+    assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
+    log = aws.text(parallel["log_key"])
+    assert "1 cell(s), 1 at a time, MAX_JOBS=" in log and "each, nvcc --threads 2" in log
+    manifest = json.loads(aws.text(parallel["manifest_key"]))
+    assert manifest["parallelism"]["nvcc_threads"] == 2 and manifest["parallelism"]["cells_at_once"] == 1
+    assert first["filename"] == second["filename"] and "cu130" in first["filename"]
+    assert first["sha256"] == second["sha256"], f"{first['filename']}: --threads 1 and 2 give different wheels"
+    body = aws.s3.get_object(Bucket=aws.bucket, Key=second["key"])["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == second["sha256"]
