@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from wheelfoundry.publish_targets import PublishTarget
+
 Platform = Literal["x86_64", "aarch64"]
 Accelerator = Literal["cpu", "cuda"]
 
@@ -48,6 +50,7 @@ class Options:
     max_hours: float = 8.0
     executor: Literal["auto", "ec2", "codebuild"] = "auto"  # auto: per job (wheelfoundry.executors)
     gpu_test: GpuTestOption | None = None  # None: CUDA wheels are published untested on a GPU
+    publish: PublishTarget | None = None  # None: the stack's own index only (no upload)
 
 
 @dataclass(frozen=True)

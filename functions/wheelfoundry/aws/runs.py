@@ -135,6 +135,9 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "layout": getattr(plan.request, "layout", "per-cell"),
         "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
         "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
+        # UploadOrImages: the signed wheels go to options.publish after PublishIndex (aws.uploads)
+        "upload": plan.request.options.publish is not None,
+        "publish": plan.request.options.publish.to_dict() if plan.request.options.publish else None,
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -170,4 +173,5 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "merge": {"status": "not merged" if getattr(plan.request, "layout", "") != "merged" else "pending"},
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images
+        "upload": {"status": "not requested"},  # the Upload state's result when options.publish names a target
     }
