@@ -108,6 +108,11 @@ def envelope_for(wheel: Path, sign: Any, key_id: str = "arn:aws:kms:us-east-1:1:
     request = {"framework": "extension", "name": "wf-pub-demo"}
     manifest = {"job_id": "j", "sources": {"x": {"s3": "s3://b/sources/x.tar.gz", "sha256": "ab" * 32}}}
     builder = {"stack": "wf", "state_machine": "arn:aws:states:us-east-1:1:stateMachine:wf-build"}
-    run = {"id": "r1", "channel": "demo", "layout": "per-cell", "execution": "arn:aws:states:us-east-1:1:execution:wf-build:r1"}
+    run = {
+        "id": "r1",
+        "channel": "demo",
+        "layout": "per-cell",
+        "execution": "arn:aws:states:us-east-1:1:execution:wf-build:r1",
+    }
     stmt = provenance.statement(subject, request, {"runs/r1/jobs/j/manifest.json": manifest}, builder, run)
     return json.dumps(provenance.envelope(stmt, key_id, sign)).encode()

@@ -118,7 +118,9 @@ def test_a_bearer_token_for_codeartifact_only_and_nothing_without_a_domain() -> 
     assert not allowed(GIVEN, "sts:GetServiceBearerToken", "*", {"sts:AWSServiceName": "other.amazonaws.com"})
     assert not any("codeartifact" in str(p) for p in upload_role(EMPTY))
     owner = {**GIVEN, "PublishCodeArtifactOwner": "444455556666"}
-    assert allowed(owner, "codeartifact:GetAuthorizationToken", "arn:aws:codeartifact:us-east-1:444455556666:domain/my-domain")
+    assert allowed(
+        owner, "codeartifact:GetAuthorizationToken", "arn:aws:codeartifact:us-east-1:444455556666:domain/my-domain"
+    )
     assert not allowed(owner, "codeartifact:GetAuthorizationToken", f"{CA}:domain/my-domain")
 
 

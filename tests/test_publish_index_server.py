@@ -42,11 +42,15 @@ def candidates(wheels: list[Path], envelopes: dict[str, bytes | None]) -> list[C
     for wheel in wheels:
         body = wheel.read_bytes()
         (verdict,) = verify.verify_all([(wheel.name, body, envelopes.get(wheel.name))], key, None, None)
-        out.append(Candidate(wheel.name, hashlib.sha256(body).hexdigest(), len(body), None if verdict.ok else verdict.reason))
+        out.append(
+            Candidate(wheel.name, hashlib.sha256(body).hexdigest(), len(body), None if verdict.ok else verdict.reason)
+        )
     return out
 
 
-def send(index: str, wheels: list[Path], target: PublishTarget | None = None, auth: Credentials = TOKEN, signed: bool = True) -> list[Outcome]:
+def send(
+    index: str, wheels: list[Path], target: PublishTarget | None = None, auth: Credentials = TOKEN, signed: bool = True
+) -> list[Outcome]:
     target = target or parse_to(f"{index}/")
     envelopes = {w.name: envelope_for(w, local_signer(KEY)) if signed else None for w in wheels}
     by_name = {w.name: w for w in wheels}
@@ -81,14 +85,18 @@ def test_signed_wheel_uploads_installs_in_a_fresh_venv_and_verifies_back(index: 
     assert smoke.startswith("5 ") and str(venv) in smoke  # the installed copy, not a source tree
     # The bytes downloaded back from the index still verify against the provenance from the stack.
     back = tmp_path / "back"
-    subprocess.run([*pip, "download", "--no-deps", "--index-url", f"{index}/simple/", "-d", str(back), "wf-pub-demo"], check=True)
+    subprocess.run(
+        [*pip, "download", "--no-deps", "--index-url", f"{index}/simple/", "-d", str(back), "wf-pub-demo"], check=True
+    )
     (downloaded,) = back.glob("*.whl")
     (tmp_path / "stack.provenance.json").write_bytes(envelope)
     (tmp_path / "key.pem").write_bytes(pem(KEY))
     argv = [sys.executable, "-m", "wheelfoundry_cli.main", "verify", str(downloaded)]
     argv += ["--provenance", str(tmp_path / "stack.provenance.json"), "--public-key", str(tmp_path / "key.pem")]
     done = subprocess.run(argv, capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.startswith(f"OK   {wheel.name}: signed provenance verified"), done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.startswith(f"OK   {wheel.name}: signed provenance verified"), (
+        done.stdout + done.stderr
+    )
 
 
 def test_same_bytes_are_skipped_other_bytes_refused_and_the_index_keeps_the_first(index: str, tmp_path: Path) -> None:
@@ -129,7 +137,12 @@ def test_unsigned_and_altered_wheels_are_refused_before_any_upload(index: str, t
     envelope = envelope_for(altered, local_signer(KEY))
     altered.write_bytes(altered.read_bytes() + b"\0")  # the bytes changed after signing
     (outcome,) = publish(
-        candidates([altered], {altered.name: envelope}), lambda n: altered, parse_to(f"{index}/"), f"{index}/", f"{index}/simple/", TOKEN
+        candidates([altered], {altered.name: envelope}),
+        lambda n: altered,
+        parse_to(f"{index}/"),
+        f"{index}/",
+        f"{index}/simple/",
+        TOKEN,
     )
     assert outcome.action == "refused" and "is not the statement's subject" in outcome.reason
     other_key = new_key()

@@ -19,13 +19,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.indexserver import pypiserver, tiny_wheel
+from tests.indexserver import envelope_for, pypiserver, tiny_wheel
 from wheelfoundry import provenance
 from wheelfoundry.aws.report import report
 from wheelfoundry.aws.uploads import upload_run
 from wheelfoundry.errors import JobsFailed, PublishFailed
 from wheelfoundry.publish_targets import parse_to
-from tests.indexserver import envelope_for
 
 CODE = "def add(a, b):\n    return a + b\n"
 USERS = {"__token__": "pypi-from-secrets-manager", "aws": "codeartifact-token"}
@@ -88,6 +87,14 @@ def test_token_from_secrets_manager_kms_verified_wheel_uploaded_then_skipped(ind
         secret = boto3.client("secretsmanager", region_name="us-east-1").create_secret(
             Name="pypi-token", SecretString=USERS["__token__"]
         )["ARN"]
+        # No secret deployed: PyPI refuses anonymous uploads, so the step says which parameter gives one;
+        # an index of one's own without auth takes it, and this one (uploads need a user) refuses it.
+        run["publish"] = parse_to("testpypi").to_dict()
+        with pytest.raises(PublishFailed, match="no token for testpypi: deploy the stack with PublishTokenSecretArn"):
+            upload_run(event, clients(), "", key_id, tmp_path / "work")
+        run["publish"] = parse_to(f"{index}/").to_dict()
+        with pytest.raises(PublishFailed, match=r"twine upload to http://127\.0\.0\.1:\d+/ failed"):
+            upload_run(event, clients(), "", key_id, tmp_path / "work")
         result = upload_run(event, clients(), secret, key_id, tmp_path / "work")
         assert result["uploaded"] == [wheel.name] and result["status"] == "succeeded", result
         assert not (tmp_path / "work").exists()  # /tmp is left empty for the next invocation
@@ -95,9 +102,6 @@ def test_token_from_secrets_manager_kms_verified_wheel_uploaded_then_skipped(ind
         assert stored == result
         again = upload_run(event, clients(), secret, key_id, tmp_path / "work")
         assert again["uploaded"] == [] and again["skipped"][0]["wheel"] == wheel.name
-        # No secret deployed: the step says which parameter gives one.
-        with pytest.raises(PublishFailed, match="PublishTokenSecretArn"):
-            upload_run(event, clients(), "", key_id, tmp_path / "work")
 
 
 def test_a_wheel_signed_by_another_key_is_refused_by_kms_verify(index: str, tmp_path: Path) -> None:
@@ -112,7 +116,10 @@ def test_a_wheel_signed_by_another_key_is_refused_by_kms_verify(index: str, tmp_
         result = upload_run(event, clients(), secret, key_id, tmp_path / "work")
     assert result["status"] == "partial" and result["uploaded"] == []
     assert result["refused"] == [
-        {"wheel": wheel.name, "reason": "no valid signed provenance: signature does not verify with the stack's provenance key"}
+        {
+            "wheel": wheel.name,
+            "reason": "no valid signed provenance: signature does not verify with the stack's provenance key",
+        }
     ]
     with pytest.raises(JobsFailed, match=r"upload: Refused: wf_pub_forged_kms-1\.0-py3-none-any\.whl: no valid signed"):
         report({"run": {**run, "id": "r1"}, "upload": result}, _Recorder())
@@ -146,10 +153,19 @@ class _Recorder:
 def test_report_names_a_failed_upload_and_keeps_the_outcome() -> None:
     s3 = _Recorder()
     run = {"id": "r1", "bucket": "b", "channel": "demo"}
-    failed = {"Error": "PublishFailed", "Cause": json.dumps({"errorMessage": "twine upload to https://upload.pypi.org/legacy/ failed (exit 1): 403"})}
+    failed = {
+        "Error": "PublishFailed",
+        "Cause": json.dumps({"errorMessage": "twine upload to https://upload.pypi.org/legacy/ failed (exit 1): 403"}),
+    }
     with pytest.raises(JobsFailed, match=r"upload: PublishFailed: the upload to options.publish failed: twine upload"):
         report({"run": run, "upload": failed}, s3)
     body = json.loads(s3.puts[0]["Body"])
     assert body["upload"]["Error"] == "PublishFailed" and body["status"] == "failed"
-    done = report({"run": run, "upload": {"status": "succeeded", "target": "pypi", "uploaded": ["x.whl"], "skipped": [], "refused": []}}, s3)
+    done = report(
+        {
+            "run": run,
+            "upload": {"status": "succeeded", "target": "pypi", "uploaded": ["x.whl"], "skipped": [], "refused": []},
+        },
+        s3,
+    )
     assert done["status"] == "succeeded" and json.loads(s3.puts[1]["Body"])["upload"]["uploaded"] == ["x.whl"]

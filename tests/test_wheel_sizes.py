@@ -70,7 +70,14 @@ def test_measured_cells_from_an_earlier_run_replace_the_model(tmp_path: Path) ->
 def test_plan_prints_the_sizes_and_the_warning(tmp_path: Path) -> None:
     request = tmp_path / "r.json"
     request.write_text(json.dumps({**REQUEST, "options": {"publish": "testpypi"}}))
-    done = subprocess.run([sys.executable, "-m", "wheelfoundry_cli.main", "plan", str(request)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "wheelfoundry_cli.main", "plan", str(request)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
-    assert "merged wheels (estimated size):\n  Python 3.11 x86_64: ~146 MB (6 cell(s): 0 measured, 6 modelled)" in done.stdout
-    assert "warning: Python 3.12 x86_64: ~146 MB" in done.stdout and "testpypi's per-file limit of 100 MB" in done.stdout
+    assert (
+        "merged wheels (estimated size):\n  Python 3.11 x86_64: ~146 MB (6 cell(s): 0 measured, 6 modelled)"
+        in done.stdout
+    )
+    assert (
+        "warning: Python 3.12 x86_64: ~146 MB" in done.stdout and "testpypi's per-file limit of 100 MB" in done.stdout
+    )

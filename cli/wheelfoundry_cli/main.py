@@ -34,7 +34,9 @@ def _plan_command(args: argparse.Namespace) -> int:
     if args.json:
         images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
         merged = {"merged_wheels": [dataclasses.asdict(e) for e in sizes]}
-        print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images, **merged}, indent=2))
+        print(
+            json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images, **merged}, indent=2)
+        )
     elif args.dry_run:
         print(render_dry_run(plan, explain=args.explain) + size_lines)
     else:

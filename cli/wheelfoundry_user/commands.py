@@ -195,16 +195,18 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    from wheelfoundry.publish_targets import parse_to
     from wheelfoundry_user import verify
     from wheelfoundry_user.publish import publish_wheels
-
-    from wheelfoundry.publish_targets import parse_to
 
     target = parse_to(args.to, args.max_file_mb, args.index_url)  # RequestInvalid: exit 2, field and value named
     farm = _farm(args)
     pem = Path(args.public_key).read_bytes() if args.public_key else verify.public_key_pem(farm)
     outcomes = publish_wheels(farm, args.target, args.package, target, args.token_secret, verify.load_key(pem))
-    data = {"target": target.name, "wheels": [{"wheel": o.filename, "action": o.action, "reason": o.reason} for o in outcomes]}
+    data = {
+        "target": target.name,
+        "wheels": [{"wheel": o.filename, "action": o.action, "reason": o.reason} for o in outcomes],
+    }
     counts = {a: sum(o.action == a for o in outcomes) for a in ("uploaded", "skipped", "refused")}
     summary = f"{target.name}: " + ", ".join(f"{n} {a}" for a, n in counts.items())
     _emit(args, data, "\n".join([*(o.line() for o in outcomes), summary]))
@@ -298,7 +300,9 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     pub = sub.add_parser("publish", help="upload a run's or channel's signed wheels to PyPI, CodeArtifact or an index")
     pub.add_argument("target", metavar="RUN|CHANNEL")
     pub.add_argument("package", nargs="?")
-    pub.add_argument("--to", required=True, help="pypi, testpypi, codeartifact:DOMAIN/REPOSITORY[@OWNER] or an upload URL")
+    pub.add_argument(
+        "--to", required=True, help="pypi, testpypi, codeartifact:DOMAIN/REPOSITORY[@OWNER] or an upload URL"
+    )
     pub.add_argument("--token-secret", help="Secrets Manager secret ARN holding the token (else $TWINE_PASSWORD)")
     pub.add_argument("--max-file-mb", type=float, help="the target's per-file limit when raised (PyPI: 100)")
     pub.add_argument("--index-url", help="the upload URL's simple index (default: URL/simple/)")

@@ -31,7 +31,11 @@ def endpoints(farm: Farm, target: PublishTarget, token_secret: str | None) -> tu
     if token_secret:
         return upload_url, index_url, secret_credentials(farm.client("secretsmanager"), token_secret)
     if os.environ.get("TWINE_PASSWORD"):
-        return upload_url, index_url, Credentials(os.environ.get("TWINE_USERNAME") or "__token__", os.environ["TWINE_PASSWORD"])
+        return (
+            upload_url,
+            index_url,
+            Credentials(os.environ.get("TWINE_USERNAME") or "__token__", os.environ["TWINE_PASSWORD"]),
+        )
     return upload_url, index_url, None
 
 
@@ -51,7 +55,9 @@ def publish_wheels(
             body = Path(got["path"]).read_bytes()
             envelope = farm.get(wheel.key + SUFFIX)
             (verdict,) = verify.verify_all([(wheel.filename, body, envelope)], key, None, None)
-            candidates.append(Candidate(wheel.filename, got["sha256"], got["size"], None if verdict.ok else verdict.reason))
+            candidates.append(
+                Candidate(wheel.filename, got["sha256"], got["size"], None if verdict.ok else verdict.reason)
+            )
         try:
             return publish(candidates, lambda name: Path(tmp) / name, target, upload_url, index_url, auth)
         except PublishFailed as exc:

@@ -32,7 +32,7 @@ REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,99}$")
 ACCOUNT = re.compile(r"^[0-9]{12}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LIMIT_OPTIONS = (
-    "the per-cell layout (one wheel per torch x CUDA cell, \"layout\": \"per-cell\"), fewer archs in arch_list, "
+    'the per-cell layout (one wheel per torch x CUDA cell, "layout": "per-cell"), fewer archs in arch_list, '
     "or a limit increase from the index (PyPI: https://github.com/pypi/support, then max_file_mb)"
 )
 
@@ -144,12 +144,16 @@ def parse_target(value: Any, path: str = "options.publish") -> tuple[PublishTarg
         return None, [*issues, Issue(path, why, sorted(value), ("repository", "codeartifact", "url"))]
     limit = value.get("max_file_mb")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit <= 5000):
-        issues.append(Issue(f"{path}.max_file_mb", f"{limit!r} is not a size in MB", limit, ("0 < max_file_mb <= 5000",)))
+        issues.append(
+            Issue(f"{path}.max_file_mb", f"{limit!r} is not a size in MB", limit, ("0 < max_file_mb <= 5000",))
+        )
     target: PublishTarget | None = None
     if chosen == ["repository"]:
         if value["repository"] not in KNOWN:
             allowed = tuple(KNOWN)
-            issues.append(Issue(f"{path}.repository", f"{value['repository']!r} is not allowed", value["repository"], allowed))
+            issues.append(
+                Issue(f"{path}.repository", f"{value['repository']!r} is not allowed", value["repository"], allowed)
+            )
         else:
             target = PublishTarget(value["repository"], max_file_mb=limit)
     elif chosen == ["codeartifact"]:

@@ -141,7 +141,7 @@ def twine_upload(files: list[Path], upload_url: str, auth: Credentials | None) -
     env["TWINE_PASSWORD"] = auth.password if auth else "none"  # an index without auth ignores both
     argv = [sys.executable, "-m", "twine", "upload", "--disable-progress-bar", "--repository-url", upload_url]
     try:
-        done = subprocess.run(  # noqa: S603 - fixed argv, file paths of our own temp folder
+        done = subprocess.run(
             [*argv, *map(str, files)], env=env, capture_output=True, text=True, timeout=TWINE_TIMEOUT_SECONDS
         )
     except subprocess.TimeoutExpired as exc:

@@ -33,7 +33,9 @@ class SizeEstimate:
     measured: int  # how many of the cells' sizes came from earlier runs
 
     def describe(self) -> str:
-        basis = f"{self.measured} measured" + (f", {self.cells - self.measured} modelled" if self.cells > self.measured else "")
+        basis = f"{self.measured} measured" + (
+            f", {self.cells - self.measured} modelled" if self.cells > self.measured else ""
+        )
         return f"Python {self.python} {self.platform}: ~{self.size / 1e6:.3g} MB ({self.cells} cell(s): {basis})"
 
 

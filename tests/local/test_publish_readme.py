@@ -62,7 +62,12 @@ def test_readme_publish_block(aws: EmbeddedAws, tmp_path: Path) -> None:
         for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "WHEELFOUNDRY_ENDPOINT_URL", "TWINE_PASSWORD"):
             env.pop(name, None)
         done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=420,
         )
         served = (tmp_path / "index" / "packages" / wheel.name).read_bytes()
     assert done.returncode == 0, done.stdout + done.stderr

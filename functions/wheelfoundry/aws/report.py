@@ -64,7 +64,9 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "merge": merge,
         "missing_cells": merge.get("missing_cells") or [],
         "images": images,
-        "upload": {k: upload.get(k) for k in ("status", "target", "uploaded", "skipped", "refused", "Error") if k in upload},
+        "upload": {
+            k: upload.get(k) for k in ("status", "target", "uploaded", "skipped", "refused", "Error") if k in upload
+        },
         "provenance": {k: attest.get(k) for k in ("status", "signed", "kept", "refused", "Error") if k in attest},
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "status": "failed" if failures else "succeeded",

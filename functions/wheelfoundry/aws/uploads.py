@@ -31,10 +31,6 @@ TOKEN_SECONDS = 900  # the Upload function's own limit: a token outlives no run 
 
 
 def secret_credentials(secrets: Any, secret_arn: str) -> Credentials:
-    if not secret_arn:
-        raise PublishFailed(
-            "no token: deploy the stack with PublishTokenSecretArn=<the Secrets Manager secret holding the index's token>"
-        )
     try:
         text = secrets.get_secret_value(SecretId=secret_arn)["SecretString"].strip()
     except ClientError as exc:
@@ -64,7 +60,12 @@ def endpoints(
     if target.codeartifact is not None:
         return codeartifact_endpoints(codeartifact, target.codeartifact)
     upload_url, index_url = target.endpoints()
-    return upload_url, index_url, secret_credentials(secrets, secret_arn)
+    if secret_arn:
+        return upload_url, index_url, secret_credentials(secrets, secret_arn)
+    if target.kind != "url":  # PyPI and TestPyPI take no anonymous upload; an index of one's own may
+        why = "deploy the stack with PublishTokenSecretArn=<the Secrets Manager secret holding the token>"
+        raise PublishFailed(f"no token for {target.name}: {why}")
+    return upload_url, index_url, None
 
 
 def kms_unverified(kms: Any, key_id: str, filename: str, digest: str, envelope: bytes | None) -> str | None:
@@ -105,7 +106,19 @@ def _get(s3: Any, bucket: str, key: str) -> bytes | None:
         return None
 
 
-def upload_run(event: dict[str, Any], clients: dict[str, Any], secret_arn: str, key_id: str, work: Path) -> dict[str, Any]:
+def _download(s3: Any, bucket: str, key: str, path: Path) -> str:
+    """Streamed to /tmp (a CUDA wheel is hundreds of MB); its sha256 as read."""
+    digest, body = hashlib.sha256(), s3.get_object(Bucket=bucket, Key=key)["Body"]
+    with path.open("wb") as out:
+        while chunk := body.read(8 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def upload_run(
+    event: dict[str, Any], clients: dict[str, Any], secret_arn: str, key_id: str, work: Path
+) -> dict[str, Any]:
     run = event["run"]
     target = PublishTarget.from_dict(run["publish"])
     s3, bucket = clients["s3"], run["bucket"]
@@ -114,19 +127,20 @@ def upload_run(event: dict[str, Any], clients: dict[str, Any], secret_arn: str, 
     candidates, wheels = [], {w["filename"]: w for w in published(s3, bucket, run, event.get("jobs") or [])}
     try:
         for name, wheel in sorted(wheels.items()):
-            path, digest = work / name, hashlib.sha256()
-            with path.open("wb") as out:  # streamed: a CUDA wheel is hundreds of MB
-                body = s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"]
-                for chunk in iter(lambda: body.read(8 << 20), b""):
-                    digest.update(chunk)
-                    out.write(chunk)
+            digest = _download(s3, bucket, wheel["key"], work / name)
             envelope = _get(s3, bucket, wheel["key"] + provenance.SUFFIX)
-            why = kms_unverified(clients["kms"], key_id, name, digest.hexdigest(), envelope)
-            candidates.append(Candidate(name, digest.hexdigest(), path.stat().st_size, why))
+            why = kms_unverified(clients["kms"], key_id, name, digest, envelope)
+            candidates.append(Candidate(name, digest, (work / name).stat().st_size, why))
         outcomes = publish(candidates, lambda n: work / n, target, upload_url, index_url, auth)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result: dict[str, Any] = {"status": "succeeded", "target": target.name, "uploaded": [], "skipped": [], "refused": []}
+    result: dict[str, Any] = {
+        "status": "succeeded",
+        "target": target.name,
+        "uploaded": [],
+        "skipped": [],
+        "refused": [],
+    }
     for o in outcomes:
         result[o.action].append(o.filename if o.action == "uploaded" else {"wheel": o.filename, "reason": o.reason})
     if result["refused"]:
