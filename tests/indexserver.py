@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
+from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
 from wheelfoundry import provenance
 
 
@@ -105,14 +106,5 @@ def local_signer(key: ec.EllipticCurvePrivateKey) -> Any:
 def envelope_for(wheel: Path, sign: Any, key_id: str = "arn:aws:kms:us-east-1:1:key/k") -> bytes:
     """The DSSE envelope Attest would write for this wheel (provenance.statement/envelope)."""
     subject = {"filename": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
-    request = {"framework": "extension", "name": "wf-pub-demo"}
-    manifest = {"job_id": "j", "sources": {"x": {"s3": "s3://b/sources/x.tar.gz", "sha256": "ab" * 32}}}
-    builder = {"stack": "wf", "state_machine": "arn:aws:states:us-east-1:1:stateMachine:wf-build"}
-    run = {
-        "id": "r1",
-        "channel": "demo",
-        "layout": "per-cell",
-        "execution": "arn:aws:states:us-east-1:1:execution:wf-build:r1",
-    }
-    stmt = provenance.statement(subject, request, {"runs/r1/jobs/j/manifest.json": manifest}, builder, run)
+    stmt = provenance.statement(subject, REQUEST, {"runs/r1/jobs/j/manifest.json": MANIFEST}, BUILDER, RUN)
     return json.dumps(provenance.envelope(stmt, key_id, sign)).encode()

@@ -11,14 +11,13 @@ from the local index alone; the built demo's own transcript is in the issue's cl
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import readme_block, run_readme_block
 from tests.indexserver import envelope_for, pypiserver, tiny_wheel
 from wheelfoundry import provenance
 from wheelfoundry.index import publish_index
@@ -28,13 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MARKER = "<!-- readme-publish: tests/local/test_publish_readme.py runs this block -->"
 TOKEN = "pypi-AgEIcHlwaS5vcmc-readme-test"
-
-
-def readme_block() -> str:
-    after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]
-    match = re.search(r"```bash\n(.*?)```", after, re.S)
-    assert match, "README lost its publish block"
-    return match.group(1)
 
 
 def seed_demo_channel(aws: EmbeddedAws, bucket: str, key_arn: str, tmp_path: Path) -> Path:
@@ -54,21 +46,11 @@ def test_readme_publish_block(aws: EmbeddedAws, tmp_path: Path) -> None:
     stack = aws.deploy(ROOT / "template.yaml")
     wheel = seed_demo_channel(aws, stack.outputs["WheelBucketName"], stack.outputs["ProvenanceKeyArn"], tmp_path)
     with pypiserver(tmp_path / "index", {"__token__": TOKEN}) as index:
-        script = readme_block()
+        script = readme_block(MARKER)
         script = re.sub(r"^EP=http://127\.0\.0\.1:PORT.*$", f"EP={aws.endpoint}", script, count=1, flags=re.M)
         script = re.sub(r"^INDEX=http://127\.0\.0\.1:8080.*$", f"INDEX={index}", script, count=1, flags=re.M)
         assert f"EP={aws.endpoint}" in script and f"INDEX={index}" in script
-        env = {**os.environ, "PYPI_TOKEN": TOKEN, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "WHEELFOUNDRY_ENDPOINT_URL", "TWINE_PASSWORD"):
-            env.pop(name, None)
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=420,
-        )
+        done = run_readme_block(script, tmp_path, {"PYPI_TOKEN": TOKEN})
         served = (tmp_path / "index" / "packages" / wheel.name).read_bytes()
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
