@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from base64 import b64encode
@@ -137,6 +138,13 @@ def twine_upload(files: list[Path], upload_url: str, auth: Credentials | None) -
     if not files:
         return ""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWINE_")}
+    # The child sees this interpreter's modules (on Lambda: twine in the layer's /opt/python), asks no
+    # keyring (the token is given) and writes nothing outside /tmp.
+    env |= {
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring",
+    }
+    env.setdefault("HOME", tempfile.gettempdir())
     env |= {"TWINE_NON_INTERACTIVE": "1", "TWINE_USERNAME": auth.username if auth else "__token__"}
     env["TWINE_PASSWORD"] = auth.password if auth else "none"  # an index without auth ignores both
     argv = [sys.executable, "-m", "twine", "upload", "--disable-progress-bar", "--repository-url", upload_url]
