@@ -123,3 +123,32 @@ def test_over_limit_names_the_limit_and_the_ways_out() -> None:
     assert why is not None and "180.4 MB, over pypi's per-file limit of 100 MB" in why
     assert "per-cell layout" in why and "fewer archs" in why and "limit increase" in why
     assert over_limit("x.whl", 10**10, PublishTarget("url", url="https://x.example/")) is None  # no known limit
+
+
+def _settings(**kwargs: Any) -> Any:
+    from wheelfoundry.aws.runs import ValidateSettings
+
+    return ValidateSettings("b", "us-east-1", "", 24, 250.0, 900, 10, **kwargs)
+
+
+def test_validate_refuses_a_target_the_stack_cannot_publish_to() -> None:
+    from wheelfoundry.aws.runs import check_publish_target
+
+    def check(publish: Any, **settings: Any) -> None:
+        check_publish_target(parse_request({**DEMO, "options": {"publish": publish}}), _settings(**settings))
+
+    with pytest.raises(RequestInvalid, match="pypi needs a token: deploy the stack with PublishTokenSecretArn"):
+        check("pypi")
+    check("pypi", publish_secret=True)
+    check({"url": "https://nexus.example.com/repository/py/"})  # an index of one's own may take anonymous uploads
+    ca = {"codeartifact": {"domain": "my-domain", "repository": "my-repo"}}
+    with pytest.raises(RequestInvalid, match=r"options\.publish\.codeartifact: my-domain/my-repo is not .*\(none\)"):
+        check(ca)
+    check(ca, publish_codeartifact="my-domain/my-repo@")
+    with pytest.raises(RequestInvalid, match=r"\(my-domain/other@111122223333\)"):
+        check(ca, publish_codeartifact="my-domain/other@111122223333")
+    with pytest.raises(RequestInvalid):
+        check(
+            {"codeartifact": {**ca["codeartifact"], "owner": "444455556666"}},
+            publish_codeartifact="my-domain/my-repo@111122223333",
+        )

@@ -38,6 +38,10 @@ class ValidateSettings:
     # Builds run in Docker images built from pinned bases and downloads (False only where the build
     # hosts run stages without containers: the embedded AWS, WF_CONTAINER=none).
     container_builds: bool = True
+    # options.publish: a token secret was deployed; the CodeArtifact repository the Upload role may
+    # publish to, "DOMAIN/REPOSITORY@OWNER" (OWNER empty: the stack's account), "" for none.
+    publish_secret: bool = False
+    publish_codeartifact: str = ""
 
 
 def trust_class(job: Job) -> str:
@@ -111,12 +115,34 @@ def check_source_location(request: Any, settings: ValidateSettings) -> None:
     raise RequestInvalid([Issue("source.s3", why, uri, tuple(allowed))])
 
 
+def check_publish_target(request: Any, settings: ValidateSettings) -> None:
+    """options.publish names what this stack can publish to, or is refused before anything is built."""
+    target = request.options.publish
+    if target is None:
+        return
+    if target.codeartifact is not None:
+        ca = target.codeartifact
+        where, _, owner = settings.publish_codeartifact.partition("@")
+        if where == f"{ca.domain}/{ca.repository}" and (ca.owner is None or not owner or ca.owner == owner):
+            return
+        deployed = settings.publish_codeartifact.rstrip("@") or "none"
+        why = (
+            f"{ca.domain}/{ca.repository} is not the CodeArtifact repository this stack may publish to ({deployed}); "
+            "deploy with PublishCodeArtifactDomain/PublishCodeArtifactRepository"
+        )
+        raise RequestInvalid([Issue("options.publish.codeartifact", why, target.name, (deployed,))])
+    if target.kind != "url" and not settings.publish_secret:
+        why = f"{target.name} needs a token: deploy the stack with PublishTokenSecretArn=<secret ARN>"
+        raise RequestInvalid([Issue("options.publish", why, target.name)])
+
+
 def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours)
     request = parse_request(event.get("request"), catalog, config)
     check_source_location(request, settings)
+    check_publish_target(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     plan = plan_request(request, catalog, config, context, today)
     run_id = event["name"]

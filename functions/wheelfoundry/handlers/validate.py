@@ -27,6 +27,8 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         extension_job_role=rt.var("WF_EXTENSION_JOB_ROLE_ARN", ""),
         source_bucket=rt.var("WF_EXTENSION_SOURCE_BUCKET", ""),
         container_builds=rt.var("WF_CONTAINER", "docker") != "none",
+        publish_secret=bool(rt.var("WF_PUBLISH_SECRET_ARN", "")),
+        publish_codeartifact=rt.var("WF_PUBLISH_CODEARTIFACT", ""),
     )
     result = validate(event, rt.client("s3"), settings, datetime.now(UTC).date())
     metrics.add_metric(name="JobsPlanned", unit="Count", value=len(result["jobs"]))
