@@ -8,9 +8,11 @@ machine reuses them between jobs (wfbuild.envs keys the cache by interpreter and
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,3 +28,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     for folder in _CREATED:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_key_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The provenance keys a test's commands remember (wheelfoundry_user.trust) stay that test's: never the
+    user's ~/.cache, never another test's stack. Created only when something is remembered."""
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WHEELFOUNDRY_CACHE", str(tmp_path_factory.getbasetemp() / "key-caches" / name))
+        yield

@@ -90,10 +90,30 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     build_jobs = asl()["States"]["BuildJobs"]
     assert build_jobs["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
     assert build_jobs["ToleratedFailurePercentage"] == 100
-    assert build_jobs["Next"] == "MergeOrIndex"
-    choice = asl()["States"]["MergeOrIndex"]
+    states = asl()["States"]
+    # Two passes through the Map: the build jobs, then (phase 'test') the test jobs of the published bytes.
+    assert build_jobs["Next"] == "AfterMap"
+    after = states["AfterMap"]
+    assert after["Default"] == "AfterBuilds" and after["Choices"][0]["Next"] == "Attest"
+    assert {"Variable": "$.phase", "StringEquals": "test"} in after["Choices"][0]["And"]
+    assert states["AfterBuilds"]["Next"] == "MergeOrIndex"
+    assert (
+        states["AfterBuilds"]["Parameters"]["build_jobs.$"] == "$.jobs"
+        and states["AfterBuilds"]["Parameters"]["jobs"] == []
+    )
+    choice = states["MergeOrIndex"]
     assert choice["Default"] == "Attest" and choice["Choices"][0]["Next"] == "Merge"
-    assert asl()["States"]["Merge"]["Catch"][0]["Next"] == asl()["States"]["Merge"]["Next"] == "Attest"
+    # A failed Merge tests, publishes and signs nothing: straight to Attest (nothing to sign) and Report.
+    assert states["Merge"]["Catch"][0]["Next"] == "Attest" and states["Merge"]["Next"] == "TestsOrAttest"
+    tests = states["TestsOrAttest"]
+    assert tests["Default"] == "Attest" and tests["Choices"][0] == {
+        "Variable": "$.merge.test_jobs[0]",
+        "IsPresent": True,
+        "Next": "BeginTests",
+    }
+    begin = states["BeginTests"]
+    assert begin["Next"] == "BuildJobs" and begin["Parameters"]["phase"] == "test"
+    assert begin["Parameters"]["jobs.$"] == "$.merge.test_jobs"
     # signing provenance never keeps the index from being published (docs/provenance.md)
     assert asl()["States"]["Attest"]["Catch"][0]["Next"] == asl()["States"]["Attest"]["Next"] == "PublishIndex"
     assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "UploadOrImages"

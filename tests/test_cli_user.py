@@ -81,10 +81,14 @@ def test_run_lifecycle_start_status_runs_logs_fetch_cancel(
     code, out, _ = wf(aws, capsys, "status", "run-1", "--json")
     status = parsed(out)
     assert code == EXIT_OK and status["status"] == "RUNNING" and status["channel"] == "demo"
-    (job,) = status["jobs"]
+    job, test = status["jobs"]  # the build job, then the test job of the published bytes (after Merge)
+    assert test["job"] == "wf-example-ops-test-cp311-x86_64" and (test["state"], test["stage"]) == (
+        "waiting",
+        "builds, then merge",
+    )
     assert job["executor"] == "ec2" and job["state"] in ("pending", "running") and job["estimated_usd"] > 0
     code, out, _ = wf(aws, capsys, "status")  # the newest run, as a table
-    assert code == EXIT_OK and "run run-1: RUNNING, 0/1 jobs done" in out and job["job"] in out
+    assert code == EXIT_OK and "run run-1: RUNNING, 0/2 jobs done" in out and job["job"] in out
     code, out, _ = wf(aws, capsys, "runs")
     assert code == EXIT_OK and "run-1" in out and "RUNNING" in out
 
@@ -180,13 +184,18 @@ def test_index_list_and_fetch_check_sha256_against_the_index(
     assert code == EXIT_OK and parsed(out) == ["ci"]
     code, out, _ = wf(aws, capsys, "index", "list", "ci")
     assert code == EXIT_OK and WHEEL in out and digest in out
-    code, out, _ = wf(aws, capsys, "fetch", "ci", "wf_tiny_ext", "--dest", str(tmp_path / "a"), "--json")
-    assert code == EXIT_OK and parsed(out)[0]["sha256"] == digest
+    # Published by hand, so never signed: fetch refuses it unless told not to verify.
+    code, _, err = wf(aws, capsys, "fetch", "ci", "wf_tiny_ext", "--dest", str(tmp_path / "u"))
+    assert code == EXIT_FAILED and f"REFUSED {WHEEL}: no provenance ({WHEEL}.provenance.json not in the bucket)" in err
+    assert list((tmp_path / "u").iterdir()) == []
+    argv = ("fetch", "ci", "wf_tiny_ext", "--no-verify", "--dest", str(tmp_path / "a"), "--json")
+    code, out, err = wf(aws, capsys, *argv)
+    assert code == EXIT_OK and parsed(out)[0]["sha256"] == digest and "signatures NOT checked" in err
     assert hashlib.sha256((tmp_path / "a" / WHEEL).read_bytes()).hexdigest() == digest
     code, _, err = wf(aws, capsys, "fetch", "ci", "other-package", "--dest", str(tmp_path / "b"))
     assert code == EXIT_NOT_FOUND and "other-package" in err
 
     s3.put_object(Bucket=bucket, Key=key, Body=body + b"tampered", Metadata={"sha256": digest})
-    code, _, err = wf(aws, capsys, "fetch", "ci", "--dest", str(tmp_path / "c"))
+    code, _, err = wf(aws, capsys, "fetch", "ci", "--no-verify", "--dest", str(tmp_path / "c"))
     assert code == EXIT_FAILED and "differs from the index" in err
-    assert not (tmp_path / "c" / WHEEL).exists()
+    assert list((tmp_path / "c").iterdir()) == []  # no partial download either

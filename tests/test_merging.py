@@ -1,4 +1,5 @@
-"""The Merge step against S3 (moto): missing cells, require_all_cells, tampered bytes, re-runs."""
+"""The Merge step against S3 (moto): the layout it chooses, what it stages for the test jobs (never the
+channel), missing cells, require_all_cells, tampered bytes; Collect of a test job publishes only what Merge staged."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 from moto import mock_aws
 
 from tests.test_merge import cell_wheel
-from wheelfoundry.aws.merging import merge_run
+from wheelfoundry.aws.merging import choose_layout, stage_run
 from wheelfoundry.aws.report import report
-from wheelfoundry.errors import JobsFailed
-from wheelfoundry.merge import MergeConflict
+from wheelfoundry.aws.results import collect
+from wheelfoundry.errors import JobsFailed, ManifestInvalid
 
 BUCKET = "wf-bucket"
 CELLS = {
@@ -28,7 +29,10 @@ def put(s3: Any, key: str, body: Any) -> None:
     s3.put_object(Bucket=BUCKET, Key=key, Body=body if isinstance(body, bytes) else json.dumps(body).encode())
 
 
-def stage_job(s3: Any, tmp: Path, built: list[str], status: str = "succeeded") -> dict[str, Any]:
+TEST = {"id": "my-ext-test-cp311-x86_64", "kind": "test", "prefix": "runs/run-1/jobs/my-ext-test-cp311-x86_64/"}
+
+
+def stage_job(s3: Any, tmp: Path, built: list[str], status: str = "succeeded", **files: bytes) -> dict[str, Any]:
     """A packed CPU job as Validate and the runner leave it in S3, with wheels for the ``built`` cells."""
     prefix = "runs/run-1/jobs/my-ext-cpu-x86_64/"
     cells = [
@@ -36,18 +40,19 @@ def stage_job(s3: Any, tmp: Path, built: list[str], status: str = "succeeded") -
         for cid, (tv, bid, label) in CELLS.items()
     ]
     put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": {"name": "my-ext", "cells": cells}})
+    put(s3, f"{TEST['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": cells}})
     put(s3, f"{prefix}result.json", {"status": status})
     wheels = []
     for cid in built:
         label = CELLS[cid][2]
-        path = cell_wheel(tmp / cid, label)
+        path = cell_wheel(tmp / cid, label, **files)
         data = path.read_bytes()
         put(s3, f"{prefix}wheels/{path.name}", data)
         wheels.append(
             {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "smoke": "passed", "cell": {"id": cid}}
         )
     put(s3, f"{prefix}manifest.json", {"wheels": wheels})
-    return {"id": "my-ext-cpu-x86_64", "prefix": prefix}
+    return {"id": "my-ext-cpu-x86_64", "kind": "extension", "prefix": prefix}
 
 
 @pytest.fixture
@@ -58,49 +63,105 @@ def s3() -> Any:
         yield client
 
 
-def event(job: dict[str, Any], require_all: bool = False) -> dict[str, Any]:
-    run = {"id": "run-1", "bucket": BUCKET, "channel": "ci", "layout": "merged", "require_all_cells": require_all}
-    return {"run": run, "jobs": [job]}
+def event(job: dict[str, Any], require_all: bool = False, layout: str = "auto") -> dict[str, Any]:
+    run = {"id": "run-1", "bucket": BUCKET, "channel": "ci", "layout": layout, "require_all_cells": require_all}
+    return {"run": run, "jobs": [job], "test_jobs": [TEST]}
 
 
-def test_a_missing_cell_is_named_and_the_rest_is_merged_and_published(s3: Any, tmp_path: Path) -> None:
+def _keys(s3: Any, prefix: str) -> list[str]:
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+
+
+def test_a_missing_cell_is_named_and_the_rest_is_staged_for_the_test_job_not_published(s3: Any, tmp_path: Path) -> None:
     job = stage_job(s3, tmp_path, ["torch2.14.1-cp311-cpu-x86_64"], status="partial")
-    out = merge_run(event(job), s3, tmp_path)
+    out = stage_run(event(job), s3, tmp_path)
     assert out["status"] == "partial" and out["missing_cells"] == ["torch2.13.0-cp311-cpu-x86_64"]
-    (name,) = out["published"]
-    key = f"wheels/ci/my-ext/{name}"
-    head = s3.head_object(Bucket=BUCKET, Key=key)
-    assert (
-        head["Metadata"]["sha256"] == hashlib.sha256(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()).hexdigest()
-    )
-    meta = s3.get_object(Bucket=BUCKET, Key=f"{key}.metadata")
-    assert b"Requires-Dist: torch>=2.14,<2.15" in meta["Body"].read()
+    assert out["layout"] == "merged" and "Python extension module" in out["layout_reason"]
+    (wheel,) = out["wheels"]
+    assert wheel["key"] == f"{TEST['prefix']}staged/{wheel['filename']}" and wheel["variants"] == ["torch-2.14.1+cpu"]
+    body = s3.get_object(Bucket=BUCKET, Key=wheel["key"])["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == wheel["sha256"]
+    assert _keys(s3, "wheels/") == []  # nothing reaches the channel before the test job passed it
+    staged = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{TEST['prefix']}staged.json")["Body"].read())
+    assert staged == [wheel] and wheel["cells"] == ["torch2.14.1-cp311-cpu-x86_64"]
+    assert out["test_jobs"] == [TEST]
     assert json.loads(s3.get_object(Bucket=BUCKET, Key="runs/run-1/merge.json")["Body"].read()) == out
-    # The same cells again: the same bytes, so the wheel is unchanged rather than a conflict.
-    again = merge_run(event(job), s3, tmp_path)
-    assert again["unchanged"] == [name] and again["published"] == again["conflicts"] == []
+    # The same cells again: the same bytes (a re-run stages exactly what was tested).
+    assert stage_run(event(job), s3, tmp_path)["wheels"][0]["sha256"] == wheel["sha256"]
 
 
-def test_require_all_cells_publishes_nothing_and_report_fails_the_run(s3: Any, tmp_path: Path) -> None:
+def test_require_all_cells_stages_nothing_and_report_fails_the_run(s3: Any, tmp_path: Path) -> None:
     job = stage_job(s3, tmp_path, ["torch2.14.1-cp311-cpu-x86_64"], status="partial")
-    out = merge_run(event(job, require_all=True), s3, tmp_path)
-    assert out["status"] == "failed" and out["published"] == []
-    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="wheels/").get("Contents")
+    out = stage_run(event(job, require_all=True), s3, tmp_path)
+    assert out["status"] == "failed" and out["wheels"] == [] and out["test_jobs"] == []
+    assert _keys(s3, "wheels/") == [] and _keys(s3, f"{TEST['prefix']}staged") == []
     results = [{"job_id": job["id"], "status": "succeeded", "published": 0}]
-    with pytest.raises(JobsFailed, match=r"CellsMissing: require_all_cells: nothing merged.*torch2\.13\.0-cp311"):
-        report({"run": event(job)["run"], "jobs": [job], "results": results, "merge": out}, s3)
+    event_ = {"run": event(job)["run"], "build_jobs": [job], "build_results": results, "merge": out}
+    with pytest.raises(JobsFailed, match=r"NothingPublished: require_all_cells: 1 cell\(s\) did not build.*torch2\.13"):
+        report(event_, s3)
 
 
 def test_all_cells_built_is_a_clean_merge(s3: Any, tmp_path: Path) -> None:
     job = stage_job(s3, tmp_path, list(CELLS))
-    out = merge_run(event(job, require_all=True), s3, tmp_path)
+    out = stage_run(event(job, require_all=True), s3, tmp_path)
     assert out["status"] == "succeeded" and out["missing_cells"] == []
     assert out["wheels"][0]["builds"] == ["torch2.13-cpu", "torch2.14-cpu"]
+    assert out["wheels"][0]["variants"] == ["torch-2.13.0+cpu", "torch-2.14.1+cpu"]
+
+
+def test_a_library_loaded_by_path_makes_auto_per_cell_and_merged_refused(s3: Any, tmp_path: Path) -> None:
+    job = stage_job(s3, tmp_path, list(CELLS), **{"ext___version_cpu.so": b"ELF by path"})
+    out = stage_run(event(job), s3, tmp_path)
+    assert out["layout"] == "per-cell"
+    assert out["layout_reason"].startswith("ext/_version_cpu.so is a shared library the package loads by path")
+    assert sorted(w["filename"].split("-")[1] for w in out["wheels"]) == ["1.0+pt213cpu", "1.0+pt214cpu"]
+    assert [w["variants"] for w in out["wheels"]] == [["torch-2.13.0+cpu"], ["torch-2.14.1+cpu"]]
+    refused = stage_run(event(job, layout="merged"), s3, tmp_path)
+    assert refused["status"] == "failed" and refused["test_jobs"] == [] and refused["wheels"] == []
+    assert "layout 'merged' cannot serve this package: ext/_version_cpu.so" in refused["error"]
+
+
+@pytest.mark.parametrize(
+    ("files", "layout"),
+    [
+        (["pkg/_C.cpython-311-x86_64-linux-gnu.so", "pkg/__init__.py"], "merged"),
+        (["pkg/_C.abi3.so", "pkg.libs/libgomp-a34b3233.so.1"], "merged"),  # auditwheel's grafts follow $ORIGIN
+        (["pkg/_C.cpython-311-x86_64-linux-gnu.so", "pkg/_version_cuda.so"], "per-cell"),  # PyG's
+        (["pkg/lib/libkernels.so.2"], "per-cell"),  # a ctypes.CDLL target
+    ],
+)
+def test_the_layout_auto_chooses(files: list[str], layout: str) -> None:
+    assert choose_layout("auto", files)[0] == layout
+    assert choose_layout("per-cell", files)[0] == "per-cell"
 
 
 def test_bytes_that_differ_from_the_manifest_are_refused(s3: Any, tmp_path: Path) -> None:
     job = stage_job(s3, tmp_path, list(CELLS))
     manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{job['prefix']}manifest.json")["Body"].read())
     put(s3, f"{job['prefix']}wheels/{manifest['wheels'][0]['name']}", b"PK tampered after the build")
-    with pytest.raises(MergeConflict, match="its bytes hash to"):
-        merge_run(event(job), s3, tmp_path)
+    out = stage_run(event(job), s3, tmp_path)
+    assert out["status"] == "failed" and "its bytes hash to" in out["error"] and out["test_jobs"] == []
+
+
+def test_a_test_job_publishes_only_the_bytes_merge_staged(s3: Any, tmp_path: Path) -> None:
+    """The test host runs the package's code and can write its prefix: Collect trusts merge.json, not it."""
+    job = stage_job(s3, tmp_path, list(CELLS))
+    (staged,) = stage_run(event(job), s3, tmp_path)["wheels"]
+    name, body = staged["filename"], s3.get_object(Bucket=BUCKET, Key=staged["key"])["Body"].read()
+    put(s3, f"{TEST['prefix']}job.json", {"packages": [{"name": "my-ext"}]})
+    put(s3, f"{TEST['prefix']}wheels/{name}", body)
+    entry = {"name": name, "sha256": staged["sha256"]}
+    put(s3, f"{TEST['prefix']}manifest.json", {"job_id": TEST["id"], "wheels": [entry]})
+    wheel = {"filename": name, "key": f"{TEST['prefix']}wheels/{name}", "sha256": staged["sha256"]}
+    run = event(job)["run"]
+    out = collect({"job": TEST, "run": run, "build": {"wheels": [wheel]}}, s3)
+    assert out["published"] == [name]
+    head = s3.head_object(Bucket=BUCKET, Key=f"wheels/ci/my-ext/{name}")
+    assert head["Metadata"]["wf-variants"] == "torch-2.13.0+cpu,torch-2.14.1+cpu"
+    # Other bytes, however consistent the test host made its own manifest: refused.
+    other = b"PK other bytes"
+    put(s3, f"{TEST['prefix']}wheels/{name}", other)
+    forged = {**wheel, "sha256": hashlib.sha256(other).hexdigest()}
+    put(s3, f"{TEST['prefix']}manifest.json", {"job_id": TEST["id"], "wheels": [{**entry, "sha256": forged["sha256"]}]})
+    with pytest.raises(ManifestInvalid, match="is not a wheel Merge staged for this test"):
+        collect({"job": TEST, "run": run, "build": {"wheels": [forged]}}, s3)

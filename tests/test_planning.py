@@ -138,7 +138,7 @@ def test_extension_matrix() -> None:
     ]
     assert {c.local_label for c in cuda.extension.cells} == {"pt213cu130", "pt214cu130"}
     assert {c.build_id for c in cuda.extension.cells} == {"torch2.13-cu130", "torch2.14-cu130"}
-    assert cuda.extension.layout == "merged" and cuda.wheel_ids() == tuple(c.id for c in cuda.extension.cells)
+    assert cuda.extension.layout == "auto" and cuda.wheel_ids() == tuple(c.id for c in cuda.extension.cells)
     assert cuda.extension.torch_index_url == "https://download.pytorch.org/whl/cu130"
     assert cuda.env["TORCH_CUDA_ARCH_LIST"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -18,7 +18,8 @@ from wheelfoundry import provenance
 from wheelfoundry.aws.attest import state_machine_arn
 from wheelfoundry.index import IndexFile, render_project
 from wheelfoundry_local.iam_policy import Request, decide
-from wheelfoundry_user.verify import check
+from wheelfoundry_user.trust import Keyring, TrustedKey
+from wheelfoundry_user.verify import check, keyring
 
 WHEEL = b"PK\x03\x04 not really a wheel, but bytes with a sha256" * 20
 NAME = "wf_example_ops-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -53,9 +54,12 @@ def _signed(key: ec.EllipticCurvePrivateKey, wheel: bytes = WHEEL) -> bytes:
     return json.dumps(provenance.envelope(stmt, "arn:aws:kms:us-east-1:1:key/k", sign)).encode()
 
 
-def _public(key: ec.EllipticCurvePrivateKey) -> Any:
-    pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return serialization.load_pem_public_key(pem)
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _public(*keys: ec.EllipticCurvePrivateKey) -> Keyring:
+    return Keyring(tuple(TrustedKey(_pem(k), f"test key {i}") for i, k in enumerate(keys)))
 
 
 def test_the_statement_is_in_toto_v1_with_slsa_v1_provenance() -> None:
@@ -100,12 +104,91 @@ def test_one_field_changed_in_the_statement_fails() -> None:
     stmt["predicate"]["buildDefinition"]["externalParameters"]["request"]["torch"] = ["2.14"]
     envelope["payload"] = base64.b64encode(json.dumps(stmt).encode()).decode()
     verdict = check(NAME, WHEEL, json.dumps(envelope).encode(), _public(key))
-    assert not verdict.ok and verdict.reason.startswith("signature does not verify")
+    assert not verdict.ok and verdict.reason.startswith("signature does not verify with any trusted key")
 
 
 def test_a_wrong_key_fails() -> None:
     verdict = check(NAME, WHEEL, _signed(_key()), _public(_key()))
-    assert not verdict.ok and verdict.reason.startswith("signature does not verify")
+    assert not verdict.ok and verdict.reason.startswith("signature does not verify with any trusted key")
+    assert "signed by arn:aws:kms:us-east-1:1:key/k" in verdict.reason
+
+
+def test_an_earlier_key_still_verifies_when_it_is_trusted_too() -> None:
+    old, new = _key(), _key()
+    envelope = _signed(old)
+    assert not check(NAME, WHEEL, envelope, _public(new)).ok
+    verdict = check(NAME, WHEEL, envelope, _public(new, old))
+    assert verdict.ok, verdict.reason
+    assert f"key {TrustedKey(_pem(old), 'old').fingerprint[:12]}" in verdict.reason
+
+
+class _Stack:
+    """What keyring() reads of a deployed stack: its key ARN output and KMS GetPublicKey."""
+
+    def __init__(self, name: str, arn: str, key: ec.EllipticCurvePrivateKey) -> None:
+        self.stack, self.outputs = name, {"ProvenanceKeyArn": arn}
+        self.der = key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+    def client(self, service: str) -> Any:
+        assert service == "kms"
+        return self
+
+    def get_public_key(self, KeyId: str) -> dict[str, bytes]:  # boto3 spells it KeyId
+        assert KeyId == self.outputs["ProvenanceKeyArn"]
+        return {"PublicKey": self.der}
+
+
+def test_a_key_seen_before_the_stack_replaced_it_still_verifies_what_it_signed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("WHEELFOUNDRY_CACHE", str(tmp_path))
+    old, new = _key(), _key()
+    envelope = _signed(old)
+    before = keyring(cast(Any, _Stack("wheelfoundry", "arn:aws:kms:us-east-1:1:key/old", old)), [])
+    assert check(NAME, WHEEL, envelope, before).ok
+    after = keyring(cast(Any, _Stack("wheelfoundry", "arn:aws:kms:us-east-1:1:key/new", new)), [])
+    assert len(after.keys) == 2 and check(NAME, WHEEL, envelope, after).ok  # the cached one still counts
+    # Another stack (or the same name in another account) has its own cache: the old key is not its.
+    for other in (
+        _Stack("other", "arn:aws:kms:us-east-1:1:key/new", new),
+        _Stack("wheelfoundry", "arn:aws:kms:us-east-1:2:key/new", new),
+    ):
+        assert not check(NAME, WHEEL, envelope, keyring(cast(Any, other), [])).ok
+    # --public-key replaces the stack's keys: only the files named are trusted.
+    pem = tmp_path / "new.pem"
+    pem.write_bytes(_pem(new))
+    assert not check(NAME, WHEEL, envelope, keyring(None, [str(pem)])).ok
+
+
+def test_an_unexpected_builder_fails() -> None:
+    key = _key()
+    verdict = check(NAME, WHEEL, _signed(key), _public(key), builder="other-stack:arn:aws:states:x")
+    assert not verdict.ok and verdict.reason.startswith("built by wheelfoundry:arn:aws:states:us-east-1:1:stateMachine")
+    expected = f"wheelfoundry:{BUILDER['state_machine']}"
+    assert check(NAME, WHEEL, _signed(key), _public(key), builder=expected).ok
+
+
+def test_securesystemslib_verifies_a_farm_signed_envelope_on_its_own() -> None:
+    """The envelope Attest writes (KMS-style DIGEST signing) is plain DSSE: the library's own Envelope
+    and SSlibKey check it with no code of ours, and refuse it after one payload byte changes."""
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.exceptions import VerificationError
+    from securesystemslib.signer import SSlibKey
+
+    key = _key()
+    raw = json.loads(_signed(key))
+    public = SSlibKey.from_crypto(key.public_key(), keyid="arn:aws:kms:us-east-1:1:key/k")
+    assert public.scheme == "ecdsa-sha2-nistp256"
+    envelope = Envelope.from_dict(json.loads(json.dumps(raw)))
+    assert envelope.payload_type == "application/vnd.in-toto+json"
+    assert set(envelope.verify([public], 1)) == {"arn:aws:kms:us-east-1:1:key/k"}
+    payload = bytearray(envelope.payload)
+    payload[10] ^= 1
+    envelope.payload = bytes(payload)
+    with pytest.raises(VerificationError):
+        envelope.verify([public], 1)
 
 
 @pytest.mark.parametrize(

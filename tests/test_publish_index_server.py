@@ -22,7 +22,7 @@ from tests.indexserver import envelope_for, local_signer, new_key, pem, pypiserv
 from wheelfoundry.errors import PublishFailed
 from wheelfoundry.publish_targets import PublishTarget, parse_to
 from wheelfoundry.uploads import Candidate, Credentials, Outcome, publish
-from wheelfoundry_user import verify
+from wheelfoundry_user import trust, verify
 
 TOKEN = Credentials("__token__", "pypi-test-token")
 CODE = "def add(a, b):\n    return a + b\n"
@@ -37,7 +37,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def candidates(wheels: list[Path], envelopes: dict[str, bytes | None]) -> list[Candidate]:
     """As `wheelfoundry publish` makes them: wheelfoundry verify's check with the stack's public key."""
-    key = verify.load_key(pem(KEY))
+    key = trust.Keyring((trust.TrustedKey(pem(KEY), "the stack's key"),))
     out = []
     for wheel in wheels:
         body = wheel.read_bytes()

@@ -54,11 +54,16 @@ def groups(job: Mapping[str, Any], wheels: list[Path]) -> list[dict[str, Any]]:
     if not ext:
         return [{"python": py, "torch": None, "wheels": found} for py, found in sorted(by_python.items())]
     out = []
+    testing = job.get("kind") == "test"  # the published bytes: a merged wheel (no +label) serves every cell
     for cell in ext["cells"]:
+        if testing and not cell.get("cuda"):
+            continue  # a CPU cell's torch sees no GPU; the test job already tested it
         label = cell.get("local_label") or ""
-        mine = [w for w in by_python.get(cell["python"], []) if not label or f"+{label}" in w.name]
+        merged = [w for w in by_python.get(cell["python"], []) if testing and "+" not in w.name]
+        mine = [w for w in by_python.get(cell["python"], []) if not label or f"+{label}" in w.name] + merged
         if mine:
-            out.append({"python": cell["python"], "torch": cell["torch_version"], "wheels": mine})
+            index = cell.get("torch_index_url") or ext.get("torch_index_url")
+            out.append({"python": cell["python"], "torch": cell["torch_version"], "wheels": mine, "index": index})
     return out
 
 
@@ -97,7 +102,7 @@ class GpuHost:
         cache = self.environ.get("WF_CACHE_DIR")
         cache_dir = Path(cache) if cache else None
         if group["torch"]:
-            index = (job.get("extension") or {}).get("torch_index_url")
+            index = group.get("index") or (job.get("extension") or {}).get("torch_index_url")
             return envs.create(
                 dest, group["python"], CELL_TOOLS, torch=f"torch=={group['torch']}", index=index, cache_dir=cache_dir
             )

@@ -167,7 +167,13 @@ class Job:
             else:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
                 self.builder |= {"image": image, "digest": container.image_id(image, self.environ)}
-        if self.mode == "none" and self.job["image"]["build_args"].get("CUDA_VERSION") and not fatal_failed:
+        compiles = self.job["kind"] != "test"  # a test job installs wheels; it needs no toolkit
+        if (
+            self.mode == "none"
+            and compiles
+            and self.job["image"]["build_args"].get("CUDA_VERSION")
+            and not fatal_failed
+        ):
             fatal_failed = not self._host_toolkit()
         if self.mode == "none" and not fatal_failed and compiler_cache.wanted(self.job["env"], self.bucket):
             self._host_compiler_cache()

@@ -14,6 +14,7 @@ REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _BAD_REF = re.compile(r"(\.\.|//|/$|\.lock$|\.$|@\{)")
 # https repositories (the schema's rule), or file:// for local mode's own fixtures.
 URL = re.compile(r"^(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)+/?|file:///[A-Za-z0-9._/-]+)$")
+S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+/$")  # a job's own prefix
 S3_URL = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+\.(tar\.gz|tgz|zip)$")
 ARCH_LIST = re.compile(r"^[0-9]{1,2}\.[0-9][af]?(\+PTX)?([; ][0-9]{1,2}\.[0-9][af]?(\+PTX)?)*$")
 PYTHON = re.compile(r"^3\.[0-9]{1,2}$")

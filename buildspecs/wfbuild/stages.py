@@ -277,6 +277,54 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     return stages
 
 
+def _published(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+    """A test job (wheelfoundry.testjobs): the staged wheels installed and smoke-tested in every cell they serve."""
+    ext, run = job["extension"], job.get("run") or {}
+    url = safety.check(safety.S3_PREFIX, f"s3://{run.get('bucket')}/{run.get('prefix')}", "run.prefix")
+    fetch = Stage("fetch-staged", _tool("published", "fetch", "--s3", url, "--work-dir", p.work), {}, host=True)
+    stages = [fetch]
+    for cell in ext["cells"]:
+        python, cid = cell["python"], safety.check(safety.CELL, cell["id"], "extension.cells.id")
+        torch = f"torch=={cell_key(cell).removeprefix('torch')}"
+        # The very arguments of the build's env stage: the same cached environment, the cell's torch.
+        env_argv = ["--python", python, "--dest", f"{p.work}/envs/{cid}", "--torch", torch]
+        if cell.get("torch_index_url"):
+            env_argv += ["--index-url", safety.check(safety.URL, cell["torch_index_url"], "extension.cells.index")]
+        env_argv += [arg for tool in CELL_TOOLS for arg in ("--pip", tool)]
+        cuda = cell.get("cuda")
+        if cuda:
+            env_argv += ["--expect-cuda", safety.check(safety.CUDA, cuda, "extension.cells.cuda")]
+        # A cell that did not build has no staged wheel: its stages say so and pass (wfbuild.published.in_cell).
+        in_cell = ["published", "cell", "--work-dir", p.work, "--cell", cid, "--tool"]
+        env = Stage(
+            f"env-{cid}",
+            _tool(*in_cell, "envs", "--", *env_argv),
+            {},
+            ext["name"],
+            python,
+            False,
+            needs=(fetch.name,),
+            group=cid,
+        )
+        smoke = ["--python", python, "--wheel-dir", f"{p.work}/published/{cid}", "--work-dir", f"{p.work}/smoke/{cid}"]
+        smoke += ["--base-env", f"{p.work}/envs/{cid}"] + (["--cuda-built"] if cuda else [])
+        if ext.get("smoke_module"):
+            smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
+        test = Stage(
+            f"test-{cid}",
+            _tool(*in_cell, "smoke", "--", *smoke),
+            {},
+            ext["name"],
+            python,
+            False,
+            needs=(env.name,),
+            group=cid,
+        )
+        stages += [env, test]
+    verdict = _tool("published", "verdict", "--work-dir", p.work)
+    return [*stages, Stage("verdict", verdict, {}, ext["name"], fatal=False, needs=(fetch.name,), offline=True)]
+
+
 def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: str = "/bundle") -> list[Stage]:
     """The job's stages in order; raises ``safety.UnsafeValue`` on a field the host refuses."""
     p = _Paths(work_dir, bundle_dir)
@@ -290,6 +338,8 @@ def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: s
         stages = _pytorch(p, job)
     elif job["kind"] == "extension":
         stages = _extension(p, job)
+    elif job["kind"] == "test":
+        stages = _published(p, job)
     else:
         raise safety.UnsafeValue(f"unknown job kind {job['kind']!r}")
     manifest = _tool("manifest", "--work-dir", p.work, "--out", f"{p.work}/manifest.json")

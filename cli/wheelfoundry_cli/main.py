@@ -73,11 +73,20 @@ def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
 
 
 def _index_serve(args: argparse.Namespace) -> int:
-    import boto3
-
     from wheelfoundry_cli.index_server import serve_forever
+    from wheelfoundry_user import UserError, verify
+    from wheelfoundry_user.farm import Farm
 
-    serve_forever(boto3.client("s3", region_name=args.region), args.bucket, args.port)
+    farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
+    try:
+        keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
+        bucket = args.bucket or farm.bucket
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if keys is None:
+        print("warning: --no-verify: wheels are served without checking their signed provenance", file=sys.stderr)
+    serve_forever(farm.client("s3"), bucket, args.port, keys)
     return 0
 
 
@@ -114,9 +123,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="the private pip index in the wheel bucket")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     serve = index_sub.add_parser("serve", help="serve the index to pip on 127.0.0.1 (your AWS credentials)")
-    serve.add_argument("--bucket", required=True, help="the stack's WheelBucketName output")
+    serve.add_argument("--bucket", help="the stack's WheelBucketName output (default: read from --stack)")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    from wheelfoundry_user.farm import default_stack
+    from wheelfoundry_user.trust import add_trust_flags
+
+    serve.add_argument("--stack", default=default_stack(), help="whose KMS key signs the wheels (default: %(default)s)")
+    serve.add_argument("--endpoint-url", help="e.g. `wheelfoundry local up`'s")
+    add_trust_flags(serve, expectations=False)
     serve.set_defaults(func=_index_serve)
     add_catalog_commands(sub)
     if everything or word in LOCAL_COMMANDS:

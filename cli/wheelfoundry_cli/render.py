@@ -90,8 +90,33 @@ def render_images(plan: Plan) -> list[str]:
     ]
 
 
+LAYOUTS = {
+    "auto": "merged (one wheel per Python and platform, the build picked at import) unless a compiled file is a "
+    "library the package loads by path; then per-cell wheels with +pt<XY><variant> labels, one index and "
+    "find-links page per (torch, CUDA) (decided from the cell wheels, after the build)",
+    "merged": "merged (one wheel per Python and platform); refused after the build, publishing nothing, if a "
+    "compiled file is a library the package loads by path",
+    "per-cell": "per-cell wheels, one index and find-links page per (torch, CUDA)",
+}
+
+
+def render_tests(plan: Plan) -> list[str]:
+    """The test jobs: the published bytes installed in every cell they serve, before publish and signing."""
+    if not plan.tests:
+        return []
+    layout = getattr(plan.request, "layout", "auto")
+    cells = sum(len(t.extension.cells) for t in plan.tests if t.extension)
+    return [
+        "\n" + table(HEADERS, [_cells(job) for job in plan.tests]),
+        f"\nlayout {layout}: {LAYOUTS.get(layout, layout)}",
+        f"published bytes tested: {len(plan.tests)} test job(s), {cells} cell environment(s) (pip install of the "
+        "exact wheel, import, smoke entry points); only what passes is published and signed",
+    ]
+
+
 def render_plan(plan: Plan, explain: bool = False) -> str:
     out = [table(HEADERS, [_cells(job) for job in plan.jobs])]
+    out += render_tests(plan)
     out += render_images(plan)
     executors = sorted({job.executor for job in plan.jobs})
     out.append(
@@ -107,7 +132,7 @@ def render_plan(plan: Plan, explain: bool = False) -> str:
             "(each GPU instance ends when its test does; usually minutes)"
         )
     if explain:
-        out += [f"why {job.id}: {job.executor_reason}" for job in plan.jobs]
+        out += [f"why {job.id}: {job.executor_reason}" for job in (*plan.jobs, *plan.tests)]
     out += [f"note: {note}" for note in plan.notes]
     return "\n".join(out)
 

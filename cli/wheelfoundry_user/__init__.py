@@ -4,7 +4,7 @@
     wheelfoundry status [RUN] [--watch]   per job: executor, state, stage, elapsed, estimated vs actual $
     wheelfoundry runs                     recent runs with their outcome
     wheelfoundry logs RUN JOB [--follow]  the job's build log
-    wheelfoundry fetch RUN|CHANNEL [PACKAGE] --dest DIR   wheels, sha256 checked against the index
+    wheelfoundry fetch RUN|CHANNEL [PACKAGE] --dest DIR   wheels, each only if its signed provenance verifies
     wheelfoundry cancel RUN               StopExecution, then what the reaper ended
     wheelfoundry index list [CHANNEL]     channels, or a channel's wheels
 

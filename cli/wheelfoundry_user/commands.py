@@ -17,7 +17,8 @@ from wheelfoundry_user.failures import readable
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.tables import table
-from wheelfoundry_user.wheels import channels, download, indexed, run_wheels
+from wheelfoundry_user.trust import add_trust_flags
+from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
 
 
 def _farm(args: argparse.Namespace) -> Farm:
@@ -107,14 +108,25 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
+    from wheelfoundry_user import verify
+
     farm = _farm(args)
     target = args.target
     is_channel = target in channels(farm) and not target.startswith("arn:")
     wheels = indexed(farm, target, args.package) if is_channel else run_wheels(farm, target, args.package)
-    fetched = [download(farm, w, Path(args.dest)) for w in wheels]
-    rows = [(f["filename"], f"{f['size'] / 1024:.1f} KiB", f["sha256"][:16] + "...", "ok") for f in fetched]
-    _emit(args, fetched, table(("WHEEL", "SIZE", "SHA256", "CHECKED"), rows) + f"\n-> {args.dest}")
-    return EXIT_OK
+    if args.no_verify:
+        print("warning: --no-verify: signatures NOT checked, only the sha256 the index lists", file=sys.stderr)
+    keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
+    expect = Expect(keys, args.source, args.builder)
+    results = [download(farm, w, Path(args.dest), expect) for w in wheels]
+    fetched, refused = [r for r in results if "refused" not in r], [r for r in results if "refused" in r]
+    check = "signed" if keys else "index"
+    rows = [(f["filename"], f"{f['size'] / 1024:.1f} KiB", f["sha256"][:16] + "...", check) for f in fetched]
+    text = (table(("WHEEL", "SIZE", "SHA256", "CHECKED"), rows) + f"\n-> {args.dest}") if fetched else "nothing fetched"
+    _emit(args, results, text)
+    for r in refused:
+        print(f"REFUSED {r['filename']}: {r['refused']} (not written to {args.dest})", file=sys.stderr)
+    return EXIT_FAILED if refused else EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -182,13 +194,13 @@ def _verify(args: argparse.Namespace) -> int:
 
     if not args.wheels and not args.channel:
         raise UserError("verify: name a WHEEL (file or URL) or --channel C")
-    farm = None if args.public_key else _farm(args)
-    pem = Path(args.public_key).read_bytes() if args.public_key else verify.public_key_pem(farm)  # type: ignore[arg-type]
-    key = verify.load_key(pem)
+    farm = None if args.public_key and not args.channel else _farm(args)
+    keys = verify.keyring(farm, args.public_key or [])
     items = [t for spec in args.wheels for t in verify.targets(spec, args.provenance)]
     if args.channel:
-        items += verify.channel_targets(farm or _farm(args), args.channel)
-    verdicts = verify.verify_all(items, key, args.source, Path(args.request) if args.request else None)
+        items += verify.channel_targets(_farm(args), args.channel)
+    request = Path(args.request) if args.request else None
+    verdicts = verify.verify_all(items, keys, args.source, request, args.builder)
     data = [{"wheel": v.filename, "ok": v.ok, "reason": v.reason} for v in verdicts]
     _emit(args, data, "\n".join(v.line() for v in verdicts))
     return EXIT_OK if verdicts and all(v.ok for v in verdicts) else EXIT_FAILED
@@ -201,8 +213,10 @@ def _publish(args: argparse.Namespace) -> int:
 
     target = parse_to(args.to, args.max_file_mb, args.index_url)  # RequestInvalid: exit 2, field and value named
     farm = _farm(args)
-    pem = Path(args.public_key).read_bytes() if args.public_key else verify.public_key_pem(farm)
-    outcomes = publish_wheels(farm, args.target, args.package, target, args.token_secret, verify.load_key(pem))
+    keys = verify.keyring(farm, args.public_key or [])  # wheelfoundry verify's trust: the stack's key or --public-key
+    outcomes = publish_wheels(
+        farm, args.target, args.package, target, args.token_secret, keys, args.source, args.builder
+    )
     data = {
         "target": target.name,
         "wheels": [{"wheel": o.filename, "action": o.action, "reason": o.reason} for o in outcomes],
@@ -270,10 +284,13 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     logs.add_argument("--interval", type=float, default=5.0)
     _common(logs, json_flag=False)
     logs.set_defaults(func=_guard(_logs))
-    fetch = sub.add_parser("fetch", help="download a run's or a channel's wheels; sha256 checked against the index")
+    fetch = sub.add_parser(
+        "fetch", help="download a run's or a channel's wheels, each only if its signed provenance verifies"
+    )
     fetch.add_argument("target", metavar="RUN|CHANNEL")
     fetch.add_argument("package", nargs="?")
     fetch.add_argument("--dest", required=True)
+    add_trust_flags(fetch)
     _common(fetch)
     fetch.set_defaults(func=_guard(_fetch))
     cancel = sub.add_parser("cancel", help="stop a run; then show that its instances were terminated")
@@ -284,9 +301,8 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     verify = sub.add_parser("verify", help="check wheels against their signed provenance: signature, sha256, source")
     verify.add_argument("wheels", nargs="*", metavar="WHEEL|URL", help="wheel files or URLs (provenance beside each)")
     verify.add_argument("--channel", help="every wheel of this channel, from the stack's bucket")
-    verify.add_argument("--public-key", help="PEM file (`wheelfoundry public-key`): verify offline, without KMS")
     verify.add_argument("--provenance", help="the envelope, when not beside the wheel as WHEEL.provenance.json")
-    verify.add_argument("--source", help="fail unless the statement's source has this URI, sha256 or commit")
+    add_trust_flags(verify, no_verify=False)
     verify.add_argument("--request", help="fail unless the statement's request equals this JSON file")
     _common(verify)
     verify.set_defaults(func=_guard(_verify))
@@ -306,7 +322,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     pub.add_argument("--token-secret", help="Secrets Manager secret ARN holding the token (else $TWINE_PASSWORD)")
     pub.add_argument("--max-file-mb", type=float, help="the target's per-file limit when raised (PyPI: 100)")
     pub.add_argument("--index-url", help="the upload URL's simple index (default: URL/simple/)")
-    pub.add_argument("--public-key", help="PEM file of the provenance key (default: the stack's, from KMS)")
+    add_trust_flags(pub, no_verify=False)  # no --no-verify: only wheels with valid provenance go out
     _common(pub)
     pub.set_defaults(func=_guard(_publish))
     public_key = sub.add_parser("public-key", help="save the stack's provenance public key (PEM) for offline verify")

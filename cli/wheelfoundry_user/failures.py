@@ -29,7 +29,11 @@ BOOKKEEPING = re.compile(
 TRACE = re.compile(r'^(File "|raise |Traceback \(most recent|[\^~ ]+$)')  # a traceback's frames, not its verdict
 COMPILER = re.compile(r":\d+(:\d+)?: (fatal error|error): ")  # gcc, nvcc, clang: the first one is the root
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")  # a Python traceback's last line
-CELL = re.compile(r"^\[[\w.+-]+\] ")  # the runner prefixes an extension cell's output with its id
+CELL = re.compile(r"^\[[\w.+-]+\] ")
+# Our own verdicts name the wheel, the cell and the check: the best line of all when present.
+VERDICT = re.compile(
+    r"^(PUBLISHED WHEEL FAILED|SMOKE FAILED): "
+)  # the runner prefixes an extension cell's output with its id
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ def cause_lines(text: str, limit: int = 3) -> tuple[str, ...]:
     compiler = list(dict.fromkeys(ln for ln in lines if COMPILER.search(ln)))[:limit]
     exceptions = list(dict.fromkeys(ln for ln in lines if EXCEPTION.match(ln)))[-limit:]
     hits = list(dict.fromkeys(ln for ln in lines if CAUSE.search(ln)))[-limit:]
-    chosen = compiler or exceptions or hits or lines[-1:]
+    verdicts = list(dict.fromkeys(ln for ln in lines if VERDICT.match(ln)))[:limit]
+    chosen = verdicts or compiler or exceptions or hits or lines[-1:]
     return tuple(ln if len(ln) <= 300 else ln[:297] + "..." for ln in chosen)
 
 

@@ -2,7 +2,7 @@
 
 From the user's shell, with their credentials: the run's (or channel's) wheels are read from the stack's
 bucket (sha256 checked against its index), each is checked against its signed provenance with the
-stack's public key (wheelfoundry verify's own check), then wheelfoundry.uploads decides and uploads with
+stack's public key (`wheelfoundry fetch`'s own download and check), then wheelfoundry.uploads decides and uploads with
 twine. The token: for CodeArtifact GetAuthorizationToken; otherwise `--token-secret ARN` (Secrets
 Manager), else twine's own TWINE_USERNAME / TWINE_PASSWORD, else none (an index without auth).
 """
@@ -16,12 +16,11 @@ from typing import Any
 
 from wheelfoundry.aws.uploads import codeartifact_endpoints, secret_credentials
 from wheelfoundry.errors import PublishFailed
-from wheelfoundry.provenance import SUFFIX
 from wheelfoundry.publish_targets import PublishTarget
 from wheelfoundry.uploads import Candidate, Credentials, Outcome, publish
 from wheelfoundry_user import UserError
 from wheelfoundry_user.farm import Farm
-from wheelfoundry_user.wheels import channels, download, indexed, run_wheels
+from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
 
 
 def endpoints(farm: Farm, target: PublishTarget, token_secret: str | None) -> tuple[str, str, Credentials | None]:
@@ -40,24 +39,26 @@ def endpoints(farm: Farm, target: PublishTarget, token_secret: str | None) -> tu
 
 
 def publish_wheels(
-    farm: Farm, spec: str, package: str | None, target: PublishTarget, token_secret: str | None, key: Any
+    farm: Farm,
+    spec: str,
+    package: str | None,
+    target: PublishTarget,
+    token_secret: str | None,
+    keys: Any,
+    source: str | None = None,
+    builder: str | None = None,
 ) -> list[Outcome]:
     """Check, decide and upload; every wheel's outcome (refusals included)."""
-    from wheelfoundry_user import verify
-
     is_channel = spec in channels(farm) and not spec.startswith("arn:")
     wheels = indexed(farm, spec, package) if is_channel else run_wheels(farm, spec, package)
     upload_url, index_url, auth = endpoints(farm, target, token_secret)
     with tempfile.TemporaryDirectory(prefix="wf-publish-") as tmp:
         candidates = []
         for wheel in wheels:
-            got = download(farm, wheel, Path(tmp))  # ChecksumMismatch when the bucket disagrees with its index
-            body = Path(got["path"]).read_bytes()
-            envelope = farm.get(wheel.key + SUFFIX)
-            (verdict,) = verify.verify_all([(wheel.filename, body, envelope)], key, None, None)
-            candidates.append(
-                Candidate(wheel.filename, got["sha256"], got["size"], None if verdict.ok else verdict.reason)
-            )
+            # fetch's own download: sha256 against the index, then the signed statement (wheelfoundry verify)
+            got = download(farm, wheel, Path(tmp), Expect(keys, source, builder))
+            size = int(got.get("size") or 0)
+            candidates.append(Candidate(wheel.filename, got.get("sha256") or wheel.sha256, size, got.get("refused")))
         try:
             return publish(candidates, lambda name: Path(tmp) / name, target, upload_url, index_url, auth)
         except PublishFailed as exc:

@@ -49,6 +49,10 @@ def _codebuild_phase(farm: Farm, build_id: str) -> tuple[str, str, float | None]
     return state, f"build: {phase}" if phase else "build", _epoch(build.get("startTime"))
 
 
+def mine_started(instances: list[dict[str, Any]], job_id: str) -> bool:
+    return any(i["Tags"].get("wheelfoundry:job") == job_id for i in instances)
+
+
 def job_row(
     farm: Farm, run: str, job_id: str, stopped: float | None, instances: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -81,6 +85,9 @@ def job_row(
             state, stage = ("pending", "launch") if running else ("not started", "-")
     if "manifest.json" in objects and "result.json" not in objects:
         stage = "collect"
+    if contract.get("kind") == "test" and "staged.json" not in objects and not mine_started(instances, job_id):
+        # A test job starts after the builds, once Merge staged the wheels to publish (wheelfoundry.testjobs).
+        state, stage = ("waiting", "builds, then merge") if running else ("not started", "-")
     gpu = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id and _is_gpu(i)]
     if gpu and "result.json" not in objects:  # the GPU test step (options.gpu_test) follows the build
         newest = max(gpu, key=lambda i: i.get("LaunchTime") or datetime.min.replace(tzinfo=UTC))
@@ -139,7 +146,10 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
     plan = farm.get_json(f"runs/{name}/plan.json") or {}
     running = status == "RUNNING"
     instances = farm.instances(described["executionArn"]) if plan.get("jobs") else []
-    jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in plan.get("jobs", [])]
+    # An extension run's test jobs (the published bytes, after Merge) follow its build jobs.
+    ids = [*plan.get("jobs", []), *plan.get("tests", [])]
+    jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in ids]
+    merge = farm.get_json(f"runs/{name}/merge.json") or {}
     report = farm.get_json(f"runs/{name}/report.json") if not running else None
     failures = run_failures(farm.get_json, name) if report and report.get("failed") else []
     return {
@@ -151,6 +161,7 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
         "estimated_usd": plan.get("estimated_usd"),
         "actual_usd": round(sum(j["actual_usd"] or 0 for j in jobs), 4) if jobs else None,
         "jobs": jobs,
+        "layout": {"chosen": merge["layout"], "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "error": described.get("error"),
         "cause": described.get("cause"),
         "report": report,
@@ -168,6 +179,8 @@ def render_status(status: dict[str, Any]) -> str:
         f"so far ~{usd(status['actual_usd'])}" + (f", channel {status['channel']}" if status.get("channel") else "")
     )
     lines = [head]
+    if status.get("layout"):  # which layout the published wheels have, and why (wheelfoundry.aws.merging)
+        lines.append(f"layout {status['layout']['chosen']}: {status['layout']['why']}")
     if jobs:
         rows: list[tuple[object, ...]] = [
             (

@@ -1,10 +1,11 @@
 """`wheelfoundry verify` and `wheelfoundry public-key`: check a wheel against its signed provenance.
 
-A wheel passes when (1) one signature of its DSSE envelope verifies, with the stack's public key, over
-DSSE's pre-authentication encoding of the statement; (2) the wheel's own sha256 is the statement's
-subject, under the wheel's file name; (3) what the user expects (``--source``, ``--request``) is
-what the statement says was built. The public key comes from KMS GetPublicKey on the stack's
-ProvenanceKeyArn, or from a PEM file (``public-key`` saves one), so verification works offline.
+A wheel passes when (1) one signature of its DSSE envelope verifies with a trusted key
+(wheelfoundry_user.trust: the stack's KMS key and the ones cached before it, or the PEM files named)
+over DSSE's pre-authentication encoding of the statement, checked by securesystemslib; (2) the
+wheel's own sha256 is the statement's subject, under the wheel's file name; (3) what the user expects
+(``--source``, ``--builder``, ``--request``) is what the statement says was built. `fetch` and
+`index serve` run the same checks (check_digest) before a wheel reaches the user.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from wheelfoundry.errors import ProvenanceInvalid
-from wheelfoundry.provenance import PAYLOAD_TYPE, SUFFIX, open_envelope, pae
-from wheelfoundry_user import NotFound, UserError
+from wheelfoundry.provenance import SUFFIX, open_envelope
+from wheelfoundry_user import NotFound, trust
 from wheelfoundry_user.farm import Farm, aws_problem
+from wheelfoundry_user.trust import Keyring, Unverified
 
 
 @dataclass(frozen=True)
@@ -54,31 +56,16 @@ def pem_of(der: bytes) -> bytes:
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def load_key(pem: bytes) -> Any:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    try:
-        key = serialization.load_pem_public_key(pem)
-    except ValueError as exc:
-        raise UserError(f"--public-key: not a PEM public key ({exc})") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise UserError("--public-key: not an elliptic-curve (ECC_NIST_P256) public key")
-    return key
-
-
-def _signed(key: Any, payload: bytes, signatures: list[bytes]) -> bool:
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    for signature in signatures:
-        try:
-            key.verify(signature, pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
-            return True
-        except InvalidSignature:
-            continue
-    return False
+def keyring(farm: Farm | None, public_keys: list[str]) -> Keyring:
+    """The keys to trust: the PEM files named, else the stack's key from KMS and those cached before it."""
+    if public_keys:
+        return Keyring(trust.unique(trust.from_files(public_keys)))
+    assert farm is not None
+    pem = public_key_pem(farm)
+    arn = farm.outputs["ProvenanceKeyArn"]
+    trust.remember(farm.stack, arn, pem)
+    current = trust.TrustedKey(pem, f"stack {farm.stack} key {arn}", arn)
+    return Keyring(trust.unique([current, *trust.remembered(farm.stack, arn)]))
 
 
 def _sources(stmt: dict[str, Any]) -> list[dict[str, Any]]:
@@ -90,20 +77,33 @@ def check(
     filename: str,
     wheel: bytes,
     envelope: bytes,
-    key: Any,
+    keys: Keyring,
     source: str | None = None,
     request: dict[str, Any] | None = None,
+    builder: str | None = None,
 ) -> Verdict:
-    """One wheel against its envelope; the reason names the first check that failed."""
+    """One wheel's bytes against its envelope."""
+    return check_digest(filename, hashlib.sha256(wheel).hexdigest(), envelope, keys, source, request, builder)
+
+
+def check_digest(
+    filename: str,
+    digest: str,
+    envelope: bytes,
+    keys: Keyring,
+    source: str | None = None,
+    request: dict[str, Any] | None = None,
+    builder: str | None = None,
+) -> Verdict:
+    """A wheel of this sha256 against its envelope; the reason names the first check that failed."""
     try:
-        stmt, payload, signatures = open_envelope(envelope)
+        open_envelope(envelope)  # the shape: a DSSE envelope around an in-toto SLSA statement
+        payload, signer = keys.verify(envelope)
     except ProvenanceInvalid as exc:
         return Verdict(filename, False, f"provenance unreadable: {exc}")
-    if not _signed(key, payload, signatures):
-        return Verdict(
-            filename, False, "signature does not verify with this public key (statement altered, or another key)"
-        )
-    digest = hashlib.sha256(wheel).hexdigest()
+    except Unverified as exc:
+        return Verdict(filename, False, str(exc))
+    stmt = json.loads(payload)  # the bytes the signature covers, not a second decoding of the file
     subjects = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in stmt.get("subject", [])}
     if subjects.get(filename) != digest:
         named = ", ".join(f"{n} sha256:{d}" for n, d in subjects.items())
@@ -117,12 +117,14 @@ def check(
         fields = sorted(k for k in {*request, *(built or {})} if request.get(k) != (built or {}).get(k))
         return Verdict(filename, False, f"request differs from the one built in: {', '.join(fields)}")
     run = stmt["predicate"]["runDetails"]
+    if builder is not None and run["builder"]["id"] != builder:
+        return Verdict(filename, False, f"built by {run['builder']['id']}, not by the expected builder {builder}")
     where = ", ".join(f"{d.get('uri')}" for d in sources)
     return Verdict(
         filename,
         True,
-        f"signed provenance verified: sha256:{digest[:16]}..., built by {run['builder']['id']}, "
-        f"run {run['metadata']['invocationId'].rsplit(':', 1)[-1]}, source {where}",
+        f"signed provenance verified: sha256:{digest[:16]}..., key {signer.fingerprint[:12]}, built by "
+        f"{run['builder']['id']}, run {run['metadata']['invocationId'].rsplit(':', 1)[-1]}, source {where}",
     )
 
 
@@ -153,7 +155,11 @@ def channel_targets(farm: Farm, channel: str) -> list[tuple[str, bytes | None, b
 
 
 def verify_all(
-    items: list[tuple[str, bytes | None, bytes | None]], key: Any, source: str | None, request: Path | None
+    items: list[tuple[str, bytes | None, bytes | None]],
+    keys: Keyring,
+    source: str | None,
+    request: Path | None,
+    builder: str | None = None,
 ) -> list[Verdict]:
     expected = json.loads(request.read_text()) if request else None
     out = []
@@ -163,5 +169,5 @@ def verify_all(
         elif envelope is None:
             out.append(Verdict(name, False, f"no provenance ({name}{SUFFIX} not found): unsigned"))
         else:
-            out.append(check(name, wheel, envelope, key, source, expected))
+            out.append(check(name, wheel, envelope, keys, source, expected, builder))
     return out

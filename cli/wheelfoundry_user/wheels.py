@@ -1,10 +1,12 @@
-"""Published wheels: the channel's index pages, a run's wheels, downloads checked against the index."""
+"""Published wheels: the channel's index pages, a run's wheels, downloads checked against the index and signature."""
 
 from __future__ import annotations
 
 import hashlib
 import html
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,15 +14,14 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name
 
-from wheelfoundry_user import NotFound, NotReady, UserError
-from wheelfoundry_user.farm import Farm
+from wheelfoundry.provenance import SUFFIX
+from wheelfoundry_user import NotFound, NotReady
+from wheelfoundry_user.farm import Farm, aws_problem
+from wheelfoundry_user.trust import Keyring
 
 LINK = re.compile(r'<a href="([^"]+)"[^>]*>([^<]+)</a>')
 CHANNEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class ChecksumMismatch(UserError):
-    """A downloaded wheel's sha256 differs from the index: the file is removed, exit 1."""
+CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,76 @@ def run_wheels(farm: Farm, run: str, package: str | None) -> list[IndexedWheel]:
     return wheels
 
 
-def download(farm: Farm, wheel: IndexedWheel, dest: Path) -> dict[str, Any]:
-    body = farm.get(wheel.key)
-    if body is None:
-        raise NotFound(f"{wheel.key} is listed in the index but not in the bucket")
-    digest = hashlib.sha256(body).hexdigest()
-    if not wheel.sha256 or digest != wheel.sha256:
-        raise ChecksumMismatch(f"{wheel.filename}: sha256 {digest} differs from the index's {wheel.sha256 or 'none'}")
+@dataclass(frozen=True)
+class Expect:
+    """What fetch checks beyond the index: the signature (None: --no-verify) and the user's expectations."""
+
+    keys: Keyring | None
+    source: str | None = None
+    builder: str | None = None
+
+
+def _stream(farm: Farm, key: str, into: Any) -> tuple[str, int] | None:
+    """Copy an object into a file; its sha256 and size, or None when it is not in the bucket."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body = farm.client("s3").get_object(Bucket=farm.bucket, Key=key)["Body"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise aws_problem(exc) from None
+    digest, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: body.read(CHUNK), b""):
+        digest.update(chunk)
+        into.write(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def download(farm: Farm, wheel: IndexedWheel, dest: Path, expect: Expect) -> dict[str, Any]:
+    """One wheel into ``dest``, only once it passed; a refused wheel leaves no file there.
+
+    The bytes go to a hidden temporary file in ``dest`` (the same file system, so the final rename is
+    atomic); the sha256 of those bytes is checked against the index and, unless --no-verify, against the
+    signed statement. Only then does the file get its name, with its envelope beside it.
+    """
     dest.mkdir(parents=True, exist_ok=True)
-    target = dest / wheel.filename
-    target.write_bytes(body)
-    return {"filename": wheel.filename, "path": str(target), "size": len(body), "sha256": digest, "verified": True}
+    out: dict[str, Any] = {"filename": wheel.filename, "path": str(dest / wheel.filename), "verified": False}
+    with tempfile.NamedTemporaryFile(dir=dest, prefix=f".{wheel.filename}.", suffix=".part", delete=False) as tmp:
+        try:
+            got = _stream(farm, wheel.key, tmp)
+        except BaseException:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
+    part = Path(tmp.name)
+    try:
+        reason, envelope = _refusal(farm, wheel, got, expect)
+        if reason is not None:
+            return {**out, "refused": reason}
+        assert got is not None
+        if envelope is not None:
+            (dest / f"{wheel.filename}{SUFFIX}").write_bytes(envelope)
+        os.replace(part, dest / wheel.filename)
+    finally:
+        part.unlink(missing_ok=True)
+    return {**out, "size": got[1], "sha256": got[0], "verified": expect.keys is not None}
+
+
+def _refusal(
+    farm: Farm, wheel: IndexedWheel, got: tuple[str, int] | None, expect: Expect
+) -> tuple[str | None, bytes | None]:
+    """Why this download may not be kept (None: it may), and the envelope that vouched for it."""
+    from wheelfoundry_user.verify import check_digest
+
+    if got is None:
+        return f"{wheel.key} is listed in the index but not in the bucket", None
+    if not wheel.sha256 or got[0] != wheel.sha256:
+        return f"sha256 {got[0]} differs from the index's {wheel.sha256 or 'none'}", None
+    if expect.keys is None:
+        return None, None
+    envelope = farm.get(wheel.key + SUFFIX)
+    if envelope is None:
+        return f"no provenance ({wheel.filename}{SUFFIX} not in the bucket): unsigned", None
+    verdict = check_digest(wheel.filename, got[0], envelope, expect.keys, expect.source, None, expect.builder)
+    return (None, envelope) if verdict.ok else (verdict.reason, None)

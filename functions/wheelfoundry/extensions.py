@@ -8,16 +8,18 @@ x 2 CUDA x 3 Python is 2 jobs (one per CUDA toolkit), not 18.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
-from packaging.version import Version
+from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
 
 from wheelfoundry import buildenv
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.jobs import CellSpec, ExtensionSpec, InstanceChoice, Job, PackagePin, SmokeSpec, StackContext
-from wheelfoundry.model import ExtensionRequest
+from wheelfoundry.model import ExtensionRequest, ExtensionSource
 from wheelfoundry.resolve import resolve_version
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
 from wheelfoundry.targets import target_id, variant
@@ -27,6 +29,21 @@ TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def source_version(source: ExtensionSource) -> str:
+    """The source's own version where its name says it (an sdist ``name-1.2.3.tar.gz``, a tag ``v1.2.3``)."""
+    if source.s3:
+        try:
+            return str(parse_sdist_filename(source.s3.rsplit("/", 1)[-1])[1])
+        except (InvalidSdistFilename, InvalidVersion):
+            pass
+    if source.ref:
+        try:
+            return str(Version(source.ref.removeprefix("v")))
+        except InvalidVersion:
+            pass
+    return "from source"
 
 
 def parallel_cells(cells: int, instance: InstanceChoice, accelerator: str, config: FarmConfig) -> int:
@@ -80,7 +97,13 @@ def plan_extension(
         cuda = None if cuda_spec == "cpu" else cuda_spec
         accelerator = "cuda" if cuda else "cpu"
         for platform in request.platforms:
-            cells = cells_for(request, catalog, cuda, platform)
+            index_url = (
+                TORCH_INDEX.format(variant=variant(accelerator, cuda)) if request.torch_index == "pytorch" else None
+            )
+            cells = tuple(
+                dataclasses.replace(c, cuda=cuda, torch_index_url=index_url)
+                for c in cells_for(request, catalog, cuda, platform)
+            )
             if not cells:
                 continue
             tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
@@ -111,16 +134,19 @@ def plan_extension(
                 source_git=source.git,
                 source_ref=source.ref,
                 subdirectory=source.subdirectory,
-                torch_index_url=TORCH_INDEX.format(variant=label) if request.torch_index == "pytorch" else None,
+                torch_index_url=index_url,
                 cells=cells,
                 layout=request.layout,
                 require_all_cells=request.require_all_cells,
-                label_wheels=request.layout == "merged" or request.local_version,
+                # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
+                label_wheels=request.layout != "per-cell" or request.local_version,
                 parallel_cells=parallel,
             )
             pythons = tuple(dict.fromkeys(c.python for c in cells))
-            versions = ",".join(dict.fromkeys(c.torch_version for c in cells))
-            pin = PackagePin(name, versions, source.git or source.s3 or "", source.ref or "", "git", None, pythons)
+            # The extension's own version (plan shows it), not torch's: the cells name the torch releases.
+            pin = PackagePin(
+                name, source_version(source), source.git or source.s3 or "", source.ref or "", "git", None, pythons
+            )
             per_cell = config.estimates["extension_per_python"][accelerator]
             hours = config.estimates["setup"] + per_cell * len(cells)
             jobs.append(

@@ -14,6 +14,7 @@ a DSSE envelope signed by the stack's KMS key, which a PEP 740 client would (rig
 from __future__ import annotations
 
 import html
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from wheelfoundry.provenance import SUFFIX as PROVENANCE_SUFFIX
 
 HTML_TYPE = "text/html; charset=utf-8"
+VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class IndexFile:
     requires_python: str | None
     metadata_sha256: str | None
     provenance: bool = False
+    variants: tuple[str, ...] = ()  # torch-2.13.0+cpu: the (torch, CUDA) indexes that list a per-cell wheel
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -50,10 +53,20 @@ def render_root(channel: str, projects: list[str]) -> str:
     return _page(f"WheelFoundry index: {channel}", links)
 
 
-def render_project(channel: str, project: str, files: list[IndexFile]) -> str:
+def render_project(channel: str, project: str, files: list[IndexFile], up: str = "../../../") -> str:
+    return _page(f"Links for {project}", _links(channel, files, up))
+
+
+def render_find_links(channel: str, variant: str, files: list[IndexFile]) -> str:
+    """``simple/<channel>/torch-2.13.0+cpu.html``: every wheel built for that torch, for ``pip install -f``."""
+    return _page(f"WheelFoundry {channel}: wheels for {variant}", _links(channel, files, "../../"))
+
+
+def _links(channel: str, files: list[IndexFile], up: str) -> list[str]:
     links = []
     for f in sorted(files, key=lambda f: f.filename):
-        href = f"../../../wheels/{quote(channel)}/{quote(project)}/{quote(f.filename)}#sha256={f.sha256}"
+        project = canonicalize_name(parse_wheel_filename(f.filename)[0])
+        href = f"{up}wheels/{quote(channel)}/{quote(project)}/{quote(f.filename)}#sha256={f.sha256}"
         attrs = [f'href="{html.escape(href)}"']
         if f.requires_python:
             attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
@@ -62,10 +75,10 @@ def render_project(channel: str, project: str, files: list[IndexFile]) -> str:
             attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
             attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
         if f.provenance:
-            where = f"../../../wheels/{quote(channel)}/{quote(project)}/{quote(f.filename + PROVENANCE_SUFFIX)}"
+            where = f"{up}wheels/{quote(channel)}/{quote(project)}/{quote(f.filename + PROVENANCE_SUFFIX)}"
             attrs.append(f'data-wf-provenance="{html.escape(where)}"')
         links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>")
-    return _page(f"Links for {project}", links)
+    return links
 
 
 def _list(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -95,8 +108,9 @@ def scan(s3: Any, bucket: str, channel: str) -> dict[str, list[IndexFile]]:
         if f"{key}.metadata" in present:
             metadata_sha = s3.head_object(Bucket=bucket, Key=f"{key}.metadata").get("Metadata", {}).get("sha256")
         signed = f"{key}{PROVENANCE_SUFFIX}" in present
+        variants = tuple(v for v in meta.get("wf-variants", "").split(",") if VARIANT.fullmatch(v))
         projects[project].append(
-            IndexFile(filename, meta.get("sha256", ""), meta.get("requires-python"), metadata_sha, signed)
+            IndexFile(filename, meta.get("sha256", ""), meta.get("requires-python"), metadata_sha, signed, variants)
         )
     return projects
 
@@ -106,8 +120,32 @@ def publish_index(s3: Any, bucket: str, channel: str) -> dict[str, Any]:
     for project, files in projects.items():
         _put_page(s3, bucket, f"simple/{channel}/{project}/", render_project(channel, project, files))
     _put_page(s3, bucket, f"simple/{channel}/", render_root(channel, list(projects)))
+    variants = publish_variants(s3, bucket, channel, projects)
     return {
         "channel": channel,
         "index_prefix": f"simple/{channel}/",
         "projects": {p: len(f) for p, f in sorted(projects.items())},
+        "variants": variants,
     }
+
+
+def publish_variants(s3: Any, bucket: str, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
+    """Per-cell wheels: one index per (torch, CUDA) variant and a find-links page, as the PyG wheel index has.
+
+    ``pip install NAME --index-url .../simple/<channel>/torch-2.13.0+cpu/`` or ``-f .../simple/<channel>/
+    torch-2.13.0+cpu.html`` sees only the wheels built for that torch, whatever their local labels sort to.
+    """
+    by_variant: dict[str, dict[str, list[IndexFile]]] = defaultdict(lambda: defaultdict(list))
+    for project, files in projects.items():
+        for f in files:
+            for variant in f.variants:
+                by_variant[variant][project].append(f)
+    for variant, found in by_variant.items():
+        base = f"simple/{channel}/{variant}/"
+        for project, files in found.items():
+            _put_page(s3, bucket, f"{base}{project}/", render_project(channel, project, files, "../../../../"))
+        _put_page(s3, bucket, base, render_root(f"{channel} {variant}", list(found)))
+        every = [f for files in found.values() for f in files]
+        body = render_find_links(channel, variant, every).encode()
+        s3.put_object(Bucket=bucket, Key=f"simple/{channel}/{variant}.html", Body=body, ContentType=HTML_TYPE)
+    return sorted(by_variant)

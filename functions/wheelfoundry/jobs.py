@@ -17,7 +17,7 @@ from wheelfoundry.model import Options, Request
 if TYPE_CHECKING:
     from wheelfoundry.image_jobs import ImageJob
 
-JOB_SCHEMA = 2  # 2: extension jobs carry cells
+JOB_SCHEMA = 3  # 2: extension jobs carry cells; 3: test jobs (the published bytes, wheelfoundry.testjobs)
 VersionScheme = Literal["fixed", "nightly", "git"]
 
 
@@ -99,6 +99,9 @@ class CellSpec:
     python: str
     local_label: str  # "pt213cpu": the cell wheel's +label, distinct within the run
     build_id: str  # "torch2.13-cpu": the folder holding this build inside a merged wheel
+    # A test job's cells span CUDA variants: each names its own toolkit and the index its torch comes from.
+    cuda: str | None = None
+    torch_index_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ class ExtensionSpec:
     subdirectory: str | None
     torch_index_url: str | None  # None: the build host's pip configuration
     cells: tuple[CellSpec, ...]  # built in parallel on one host
-    layout: Literal["merged", "per-cell"] = "merged"
+    layout: Literal["auto", "merged", "per-cell"] = "auto"
     require_all_cells: bool = False
     label_wheels: bool = True  # per-cell layout without local versions: public versions only
     parallel_cells: int = 1  # the planner's expectation for the instance; the runner re-checks on the host
@@ -119,7 +122,7 @@ class ExtensionSpec:
 @dataclass(frozen=True)
 class Job:
     id: str
-    kind: Literal["pytorch", "extension"]
+    kind: Literal["pytorch", "extension", "test"]  # test: the published bytes of an extension run
     target: str  # cpu-x86_64, cuda12.4-x86_64, cpu-aarch64
     platform: str
     accelerator: str
@@ -179,19 +182,23 @@ class Plan:
     notes: tuple[str, ...]
     channel: str
     images: tuple[ImageJob, ...] = ()  # runtime images built after PublishIndex (wheelfoundry.image_jobs)
+    tests: tuple[Job, ...] = ()  # an extension run's published bytes, tested after Merge (wheelfoundry.testjobs)
 
     @property
     def hours(self) -> float:
-        return round(sum(j.estimate.hours for j in self.jobs) + sum(i.estimate.hours for i in self.images), 2)
+        spent: list[Job | ImageJob] = [*self.jobs, *self.tests, *self.images]
+        return round(sum(j.estimate.hours for j in spent), 2)
 
     @property
     def usd(self) -> float:
-        return round(sum(j.estimate.usd for j in self.jobs) + sum(i.estimate.usd for i in self.images), 2)
+        spent: list[Job | ImageJob] = [*self.jobs, *self.tests, *self.images]
+        return round(sum(j.estimate.usd for j in spent), 2)
 
     def summary(self) -> dict[str, Any]:
         return {
             "channel": self.channel,
             "jobs": [j.id for j in self.jobs],
+            "tests": [t.id for t in self.tests],
             "images": [i.id for i in self.images],
             "estimated_instance_hours": self.hours,
             "estimated_usd": self.usd,

@@ -59,6 +59,22 @@ class Merged:
     metadata: bytes
 
 
+def path_loaded(paths: Sequence[str]) -> list[str]:
+    """Compiled files a package finds by path, which one merged wheel cannot serve for several builds.
+
+    A Python extension module (``*.cpython-*.so``, ``*.abi3.so``) gets a loader stub in its place, and
+    auditwheel's ``<pkg>.libs`` are reached from the moved modules through ``$ORIGIN``. Any other shared
+    library sits where the package's own code looks for it (PyG's ``PathFinder().find_spec("_version_cpu",
+    [dirname])`` + ``torch.ops.load_library``, ``ctypes.CDLL(os.path.join(dirname, ...))``, a FileFinder
+    over EXTENSION_SUFFIXES): moved, it is not found; left, it serves one build only.
+    """
+    return sorted(
+        p
+        for p in paths
+        if SHARED_LIBRARY.search(p) and not MODULE.match(p) and not p.split("/", 1)[0].endswith(".libs")
+    )
+
+
 def torch_requirement(versions: Sequence[str]) -> str:
     """``torch>=2.12,<2.15,!=2.13.*``: the releases (major.minor) the builds cover, nothing else."""
     minors = sorted({Version(v).release[:2] for v in versions})
@@ -118,6 +134,13 @@ def merge(builds: Sequence[Build], out_dir: Path) -> Merged:
     if not builds:
         raise MergeConflict("nothing to merge: no cell built")
     read = [(b, *_read(b)) for b in builds]
+    by_path = sorted({p for *_, files in read for p in path_loaded(list(files))})
+    if by_path:
+        raise MergeConflict(
+            f"{', '.join(by_path[:3])}{' ...' if len(by_path) > 3 else ''}: a shared library the package loads by "
+            "path (not a Python extension module), so one merged wheel cannot hold every build of it; use layout "
+            "'auto' or 'per-cell'"
+        )
     names = {(name, key) for _, name, key, _ in read}
     if len(names) != 1:
         raise MergeConflict(f"the cell wheels are not one project, version and Python: {sorted(names)}")

@@ -116,7 +116,7 @@ class ExtensionRequest:
     torch_index: Literal["pytorch", "pip"]
     local_version: bool
     options: Options
-    layout: Literal["merged", "per-cell"]
+    layout: Literal["auto", "merged", "per-cell"]
     require_all_cells: bool
     channel: str
     framework: Literal["extension"] = "extension"

@@ -22,6 +22,7 @@ from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
 from wheelfoundry.targets import target_id, variant
+from wheelfoundry.testjobs import plan_tests, without_gpu_tests
 
 
 def _pin(
@@ -214,9 +215,11 @@ def plan_request(
     ]
     jobs, gpu_notes = with_gpu_tests(jobs, config)
     notes += gpu_notes
+    tests = assign_all(plan_tests(jobs, config), config)  # the published bytes, after Merge
+    jobs = without_gpu_tests(jobs)
     images = plan_images(request, jobs, config)
     issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
     issues += gpu_guardrail_issues(jobs, config)
     if issues:
         raise GuardrailExceeded(issues)
-    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images)
+    return Plan(request=request, jobs=jobs, notes=tuple(notes), channel=channel, images=images, tests=tests)

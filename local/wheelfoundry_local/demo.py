@@ -30,6 +30,7 @@ from wheelfoundry_cli.index_server import serving
 
 from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user.failures import execution_failure, run_failures
+from wheelfoundry_user.trust import Keyring, TrustedKey
 from wheelfoundry_user.verify import pem_of
 
 from .progress import Progress
@@ -195,6 +196,7 @@ def copy_published(base: str, channel: str, project: str, dist: Path, out: Print
 def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> Path:
     """The stack's provenance key as PEM beside the wheels: verify them after the emulator is gone."""
     der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
+    dist.mkdir(parents=True, exist_ok=True)
     (dist / "wheelfoundry-provenance.pem").write_bytes(pem_of(der))
     return dist / "wheelfoundry-provenance.pem"
 
@@ -236,10 +238,14 @@ def run_demo(
             explain_failure(s3, bucket, result, state_dir, out, debug)
             return 1
         channel = result.output["channel"]
-        with serving(s3, bucket) as base:
+        layout = show_layout(s3, bucket, result, channel, out)
+        key = save_public_key(aws, stack, dist)
+        trusted = Keyring((TrustedKey(key.read_bytes(), str(key), stack.outputs["ProvenanceKeyArn"]),))
+        with serving(s3, bucket, keys=trusted) as base:  # pip gets only wheels whose provenance verifies
             index = f"{base}/simple/{channel}/"
+            if layout == "per-cell" and users is not None:  # the index of the user's (torch, CPU) variant
+                index = f"{base}/simple/{channel}/torch-{_exact_torch(next(iter(request['torch'])))}+cpu/"
             copy_published(base, channel, project, dist, out)
-            key = save_public_key(aws, stack, dist)
             out(f"verify offline: wheelfoundry verify {dist}/*.whl --public-key {key}")
             out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
             if users is not None:
@@ -249,6 +255,21 @@ def run_demo(
     what = "demo" if test else "run"
     out(f"{what} {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if code == 0 and not left else 1
+
+
+def show_layout(s3: Any, bucket: str, result: ExecutionResult, channel: str, out: Print) -> str | None:
+    """Which layout the run published, why, and (per-cell) its per-(torch, CUDA) find-links pages."""
+    run = result.arn.rsplit(":", 1)[1]
+    try:
+        merge = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run}/merge.json")["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+    layout = merge.get("layout")
+    out(f"layout {layout}: {merge.get('layout_reason')}")
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"simple/{channel}/torch-").get("Contents", [])
+    for page in sorted(o["Key"] for o in listing if o["Key"].endswith(".html")):
+        out(f"  find-links page (pip install NAME -f URL): {page}")
+    return str(layout) if layout else None
 
 
 def explain_failure(s3: Any, bucket: str, result: ExecutionResult, state_dir: Path, out: Print, debug: bool) -> None:

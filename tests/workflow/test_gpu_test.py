@@ -27,6 +27,7 @@ print("WF-GPU " + json.dumps({"check": "package tests", "ok": False, "detail": "
 print("WF-GPU " + json.dumps({"verdict": "failed", "failed": "package tests", "gpu": "Emulated L4",
       "capability": "8.9", "detail": "AssertionError: 1 != 2"}))
 """
+TEST_JOB = "wf-tiny-ext-test-cp311-x86_64"  # the GPU step tests the published bytes: the test job's
 HANGING = 'import time\ntime.sleep({seconds})\nprint(\'WF-GPU {{"verdict": "no-device", "detail": "slept"}}\')\n'
 
 
@@ -67,14 +68,20 @@ def test_a_passing_gpu_step_publishes_and_records_its_verdict(
     arn = aws.start_execution(stack.state_machine_arn, gpu_request(upload(aws, stack, source(tmp_path))))
     result = aws.wait_execution(arn, timeout=900)
     assert result.succeeded, (result.error, result.cause)
-    assert phases(aws, arn) == [("build", "c7i.4xlarge", "terminated"), ("gpu-test", "g6.xlarge", "terminated")]
+    # The build, the test of the published bytes, then the GPU step on those same bytes (DESIGN §10b).
+    built = ("build", "c7i.4xlarge", "terminated")
+    assert phases(aws, arn) == [built, built, ("gpu-test", "g6.xlarge", "terminated")]
     run_id = result.output["run_id"]
-    prefix = f"runs/{run_id}/jobs/wf-tiny-ext-cuda13.0-x86_64/"
+    prefix = f"runs/{run_id}/jobs/{TEST_JOB}/"
     verdict = s3_json(aws, stack, prefix + "result.json")["gpu_test"]
     assert verdict["verdict"] == "skipped-in-emulation", verdict  # no GPU here: never "passed"
     report = s3_json(aws, stack, prefix + "gpu-test.json")
     assert [g["verdict"] for g in report["groups"]] == ["no-device"] and report["groups"][0]["torch"] == "2.14.1"
-    assert s3_json(aws, stack, f"runs/{run_id}/report.json")["jobs"][0]["gpu_test"] == "skipped-in-emulation"
+    jobs = s3_json(aws, stack, f"runs/{run_id}/report.json")["jobs"]
+    assert [(j["job_id"], j["gpu_test"]) for j in jobs] == [
+        ("wf-tiny-ext-cuda13.0-x86_64", None),  # the cell wheels are not what is published: no GPU step there
+        (TEST_JOB, "skipped-in-emulation"),
+    ]
     assert [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
 
 
@@ -89,7 +96,7 @@ def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
     assert "GpuTestFailed" in cause and "Emulated L4" in cause and "AssertionError: 1 != 2" in cause
     assert not s3_keys(aws, stack, "wheels/ci/"), "a failed GPU test publishes nothing"
     run_id = arn.rsplit(":", 1)[1]
-    gpu = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-cuda13.0-x86_64/result.json")["gpu_test"]
+    gpu = s3_json(aws, stack, f"runs/{run_id}/jobs/{TEST_JOB}/result.json")["gpu_test"]
     assert gpu["verdict"] == "failed" and "Emulated L4" in gpu["detail"]
     assert all(state == "terminated" for _, _, state in phases(aws, arn))
     # what `wheelfoundry status RUN` shows: the verdict per job, the GPU and the failed check in its detail
@@ -97,9 +104,9 @@ def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
     shown = render_status(run_status(farm, run_id))
     assert "GPU TEST" in shown and "GpuTestFailed: GPU test failed on Emulated L4" in shown, shown
     printed: list[str] = []
-    assert show_log(farm, run_id, "wf-tiny-ext-cuda13.0-x86_64", False, 0.1, printed.append) == 0
+    assert show_log(farm, run_id, TEST_JOB, False, 0.1, printed.append) == 0
     log = "".join(printed)
-    assert "GPU test of wf-tiny-ext-cuda13.0-x86_64 (gpu-test.log)" in log and "FAIL package tests" in log, log
+    assert f"GPU test of {TEST_JOB} (gpu-test.log)" in log and "FAIL package tests" in log, log
 
 
 def test_a_gpu_test_past_its_time_limit_ends_and_publishes_nothing(
@@ -142,4 +149,4 @@ def test_a_lambda_error_after_the_gpu_test_publishes_nothing_and_ends_every_inst
     result = aws.wait_execution(arn, timeout=900)
     assert result.status == "FAILED" and "Boom" in (result.cause or ""), result.cause
     assert not s3_keys(aws, stack, "wheels/ci/"), "nothing published"
-    assert [state for _, _, state in phases(aws, arn)] == ["terminated", "terminated"]
+    assert [state for _, _, state in phases(aws, arn)] == ["terminated"] * 3  # build, test, GPU

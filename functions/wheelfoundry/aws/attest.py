@@ -1,4 +1,7 @@
-"""Attest: after Collect/Merge published a run's wheels, sign a provenance statement for each.
+"""Attest: after a run's wheels were published, sign a provenance statement for each.
+
+An extension run's wheels reach the channel only from its test jobs, after the published bytes passed
+(wheelfoundry.testjobs): what is signed was installed and tested exactly as users get it.
 
 The statement is built from what this function reads itself: the wheel's bytes in the channel (hashed
 here, not taken from metadata), the job manifests under the run's prefix, the request Validate stored.
@@ -51,35 +54,33 @@ def state_machine_arn(execution_arn: str) -> str:
 
 
 def published(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """This run's wheels in the channel: (filename, key, expected sha256, manifests by key)."""
+    """This run's wheels in the channel: (filename, key, expected sha256, manifests by key).
+
+    Only jobs publish: a framework build job its smoke-tested wheels, an extension run's test jobs the
+    wheels that passed the test of their published bytes (an extension build job publishes nothing).
+    A test job's wheel carries every build manifest of the run (sources, toolchains) and its own.
+    """
     channel, out = run["channel"], []
     manifests = {f"{j['prefix']}manifest.json": _json(s3, bucket, f"{j['prefix']}manifest.json") for j in jobs}
     manifests = {k: m for k, m in manifests.items() if isinstance(m, dict)}
-    merge = _json(s3, bucket, f"runs/{run['id']}/merge.json") or {}
-    for wheel in merge.get("wheels") or []:
-        if wheel.get("filename") in (merge.get("conflicts") or []):
-            continue  # another run's bytes stay there, with that run's provenance
-        out.append(
-            {"filename": wheel["filename"], "key": wheel["key"], "sha256": wheel["sha256"], "manifests": manifests}
-        )
     for job in jobs:
         result = _json(s3, bucket, f"{job['prefix']}result.json") or {}
         collect = result.get("collect") or {}
         key = f"{job['prefix']}manifest.json"
         by_name = {w.get("name"): w.get("sha256") for w in (manifests.get(key) or {}).get("wheels", [])}
+        mine = manifests if job.get("kind") == "test" else {key: manifests.get(key)}
         for filename in (collect.get("published") or []) + (collect.get("unchanged") or []):
             project = canonicalize_name(parse_wheel_filename(filename)[0])
             dest = f"wheels/{channel}/{project}/{filename}"
-            out.append(
-                {"filename": filename, "key": dest, "sha256": by_name.get(filename), "manifests": {key: manifests[key]}}
-            )
+            out.append({"filename": filename, "key": dest, "sha256": by_name.get(filename), "manifests": mine})
     return out
 
 
 def attest_run(
     event: dict[str, Any], s3: Any, sign: Callable[[bytes], bytes], key_id: str, stack: str
 ) -> dict[str, Any]:
-    run, jobs = event["run"], event.get("jobs") or []
+    run = event["run"]
+    jobs = (event.get("build_jobs") or []) + (event.get("jobs") or [])  # test jobs after the build jobs
     bucket = run["bucket"]
     request = _json(s3, bucket, f"runs/{run['id']}/request.json") or {}
     builder = {"stack": stack, "state_machine": state_machine_arn(event["execution"])}
@@ -110,7 +111,7 @@ def attest_run(
 
 def _fresh(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> set[str]:
     """The wheels this run wrote (not found unchanged from an earlier run)."""
-    fresh = set((_json(s3, bucket, f"runs/{run['id']}/merge.json") or {}).get("published") or [])
+    fresh: set[str] = set()
     for job in jobs:
         fresh |= set(
             ((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}).get("published") or []

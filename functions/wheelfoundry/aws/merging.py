@@ -1,10 +1,14 @@
-"""Merge: after every job of a merged-layout extension run, one wheel per (Python, platform).
+"""Merge: after every build job of an extension run, stage what the run will publish.
 
-Runs on Lambda after the Map (docs/contracts.md §6 says why there and not on the last instance).
+Runs on Lambda after the Map (docs/contracts.md §6). The layout is decided here from the cell wheels
+themselves (:func:`choose_layout`): ``merged`` gives one wheel per (Python, platform) holding every
+build; ``per-cell`` stages the cell wheels as they are. Nothing is published here: each wheel goes to
+the prefix of the test job that serves its cells (``<test prefix>staged/``, listed in ``staged.json``),
+and only a wheel that passed there reaches the channel (wheelfoundry.testjobs).
 The builds are untrusted: cells come from job.json (written by Validate), each wheel is read from
 its job's own prefix and its bytes must hash to what the job's manifest says. A cell with no
-smoke-tested wheel is *missing*: the merged wheel goes out without it and the run names it, unless
-the request set ``require_all_cells``, in which case nothing of that run is merged or published.
+smoke-tested wheel is *missing*: the run goes out without it and names it, unless the request set
+``require_all_cells``, in which case nothing of that run is staged or published.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+import zipfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.aws.results import safe_wheel_name
-from wheelfoundry.merge import Build, MergeConflict, merge
+from wheelfoundry.merge import Build, MergeConflict, merge, path_loaded
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:
@@ -59,83 +64,158 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
     return list(found.values()), [c for c in cells if c not in found]
 
 
+def variant_of(cell: dict[str, Any]) -> str:
+    """``torch-2.13.0+cpu``, ``torch-2.11.0+cu130``: the (torch, CUDA) pair a wheel serves, as PyG's index names it."""
+    cuda = cell.get("cuda")
+    return f"torch-{cell['torch_version']}+{'cu' + str(cuda).replace('.', '') if cuda else 'cpu'}"
+
+
 def _where(contract: dict[str, Any]) -> dict[str, Any]:
     name = (contract.get("extension") or {}).get("name", "")
     return {"platform": contract.get("platform"), "cuda": contract.get("cuda"), "project": name}
 
 
-def merge_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[str, Any]:
+def _test_jobs(s3: Any, bucket: str, tests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """cell id -> the test job (its Map summary) that serves it, from the contracts Validate wrote."""
+    out = {}
+    for test in tests:
+        contract = _json(s3, bucket, f"{test['prefix']}job.json") or {}
+        for cell in (contract.get("extension") or {}).get("cells", []):
+            out[cell["id"]] = test
+    return out
+
+
+def choose_layout(asked: str, files: list[str]) -> tuple[str, str]:
+    """(layout, why) from the request's layout and every file of the cell wheels."""
+    by_path = path_loaded(files)
+    if asked == "per-cell":
+        return "per-cell", "the request asked for per-cell wheels"
+    if by_path:
+        why = f"{by_path[0]} is a shared library the package loads by path, not a Python extension module"
+        if asked == "merged":
+            raise MergeConflict(f"layout 'merged' cannot serve this package: {why}; use layout 'auto' or 'per-cell'")
+        return "per-cell", f"{why}: one merged wheel cannot hold every build of it"
+    why = "every compiled file is a Python extension module (a loader stub picks the build) or a grafted library"
+    return "merged", why if asked == "auto" else f"the request asked for merged wheels; {why}"
+
+
+def _files(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as zf:
+        return [i.filename for i in zf.infolist() if not i.is_dir()]
+
+
+def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[str, Any]:
+    """Write what the run will publish into its test jobs' prefixes; publish nothing (the test jobs do)."""
     run = event["run"]
-    bucket, channel = run["bucket"], run["channel"]
-    groups: dict[tuple[str, str], list[tuple[dict[str, Any], str]]] = defaultdict(list)
+    bucket = run["bucket"]
+    serving = _test_jobs(s3, bucket, event.get("test_jobs") or [])
+    cells: list[tuple[dict[str, Any], str]] = []
     missing: list[str] = []
     for job in event.get("jobs") or []:
-        cells, lost = built_cells(s3, bucket, job)
+        found, lost = built_cells(s3, bucket, job)
+        cells += found
         missing += lost
-        for cell, key in cells:
-            groups[(cell["python"], cell["platform"])].append((cell, key))
-    out: dict[str, Any] = {"status": "succeeded", "published": [], "unchanged": [], "conflicts": [], "wheels": []}
+    out: dict[str, Any] = {"status": "succeeded", "error": None, "layout": None, "layout_reason": "", "wheels": []}
+    out["test_jobs"] = []
     out["missing_cells"] = sorted(missing)
-    if missing and run.get("require_all_cells"):
-        out["status"] = "failed"
-        out["error"] = f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}"
-    else:
-        with tempfile.TemporaryDirectory(dir=work) as tmp:
-            for (python, platform), cells in sorted(groups.items()):
-                _merge_group(s3, bucket, channel, Path(tmp) / f"{python}-{platform}", cells, out)
-        if missing or out["conflicts"]:
-            out["status"] = "partial"
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        try:
+            if missing and run.get("require_all_cells"):
+                raise MergeConflict(
+                    f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}"
+                )
+            local = _download(s3, bucket, Path(tmp), cells)
+            files = [f for path in local.values() for f in _files(path)]
+            out["layout"], out["layout_reason"] = choose_layout(str(run.get("layout") or "auto"), files)
+            if out["layout"] == "merged":
+                _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
+            else:
+                _stage_cells(s3, bucket, cells, local, serving, out)
+        except MergeConflict as exc:
+            out.update(status="failed", error=str(exc), wheels=[])
+    if out["status"] == "succeeded" and missing:
+        out["status"] = "partial"
+    staged = {w["test_job"] for w in out["wheels"]}
+    for test in event.get("test_jobs") or []:
+        if test["id"] in staged:
+            mine = [w for w in out["wheels"] if w["test_job"] == test["id"]]
+            s3.put_object(Bucket=bucket, Key=f"{test['prefix']}staged.json", Body=json.dumps(mine, indent=1).encode())
+            out["test_jobs"].append(test)
     s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/merge.json", Body=json.dumps(out, indent=2).encode())
     return out
 
 
-def _merge_group(
-    s3: Any, bucket: str, channel: str, tmp: Path, cells: list[tuple[dict[str, Any], str]], out: dict[str, Any]
-) -> None:
-    tmp.mkdir(parents=True)
-    builds = []
-    for cell, key in sorted(cells, key=lambda c: (c[0]["torch_version"], c[0].get("cuda") or "")):
-        path = tmp / key.rsplit("/", 1)[1]
+def _download(s3: Any, bucket: str, tmp: Path, cells: list[tuple[dict[str, Any], str]]) -> dict[str, Path]:
+    """Each cell wheel, its bytes checked against its job's manifest."""
+    local = {}
+    for cell, key in cells:
+        path = tmp / "cells" / cell["id"] / key.rsplit("/", 1)[1]
+        path.parent.mkdir(parents=True)
         s3.download_file(bucket, key, str(path))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != cell["sha256"]:
             raise MergeConflict(f"{key}: its bytes hash to {digest}, the manifest says {cell['sha256']}")
         if canonicalize_name(parse_wheel_filename(path.name)[0]) != canonicalize_name(cell["project"]):
             raise MergeConflict(f"{key} is not a wheel of {cell['project']}")
-        builds.append(Build(cell["build_id"], cell["torch_version"], cell.get("cuda"), path))
-    merged = merge(builds, tmp / "merged")
-    project = canonicalize_name(parse_wheel_filename(merged.filename)[0])
-    dest = f"wheels/{channel}/{project}/{merged.filename}"
-    out["wheels"].append(
-        {
-            "filename": merged.filename,
-            "key": dest,
-            "sha256": merged.sha256,
-            "size": merged.size,
-            "cells_size": merged.inputs_size,
-            "builds": list(merged.builds),
-            "requires_torch": merged.requires_torch,
-        }
-    )
-    existing = _sha256(s3, bucket, dest)
-    if existing is not None:
-        (out["unchanged"] if existing == merged.sha256 else out["conflicts"]).append(merged.filename)
-        return
-    requires_python = _requires_python(merged.metadata)
-    s3.put_object(
-        Bucket=bucket,
-        Key=f"{dest}.metadata",
-        Body=merged.metadata,
-        ContentType="text/plain",
-        Metadata={"sha256": hashlib.sha256(merged.metadata).hexdigest()},  # PEP 658's data-core-metadata
-    )
-    metadata = {"sha256": merged.sha256, **({"requires-python": requires_python} if requires_python else {})}
-    s3.upload_file(str(merged.path), bucket, dest, ExtraArgs={"Metadata": metadata, "ContentType": "application/zip"})
-    out["published"].append(merged.filename)
+        local[cell["id"]] = path
+    return local
 
 
-def _requires_python(metadata: bytes) -> str | None:
-    for line in metadata.decode("utf-8").split("\n\n", 1)[0].splitlines():
-        if line.startswith("Requires-Python:"):
-            return line.split(":", 1)[1].strip()
-    return None
+def _put(s3: Any, bucket: str, path: Path, key: str, sha256: str) -> None:
+    s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": sha256}, "ContentType": "application/zip"})
+
+
+def _stage_cells(
+    s3: Any,
+    bucket: str,
+    cells: list[tuple[dict[str, Any], str]],
+    local: dict[str, Path],
+    serving: dict[str, dict[str, Any]],
+    out: dict[str, Any],
+) -> None:
+    for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
+        test, path = serving.get(cell["id"]), local[cell["id"]]
+        if test is None:
+            raise MergeConflict(f"cell {cell['id']} has no test job")
+        key = f"{test['prefix']}staged/{path.name}"
+        _put(s3, bucket, path, key, cell["sha256"])
+        entry = {"filename": path.name, "key": key, "sha256": cell["sha256"], "size": path.stat().st_size}
+        entry |= {"test_job": test["id"], "cells": [cell["id"]], "builds": [cell["build_id"]]}
+        out["wheels"].append({**entry, "variants": [variant_of(cell)]})
+
+
+def _stage_merged(
+    s3: Any,
+    bucket: str,
+    tmp: Path,
+    cells: list[tuple[dict[str, Any], str]],
+    local: dict[str, Path],
+    serving: dict[str, dict[str, Any]],
+    out: dict[str, Any],
+) -> None:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for cell, _ in cells:
+        groups[(cell["python"], cell["platform"])].append(cell)
+    for (python, platform), members in sorted(groups.items()):
+        members.sort(key=lambda c: (c["torch_version"], c.get("cuda") or ""))
+        builds = [Build(c["build_id"], c["torch_version"], c.get("cuda"), local[c["id"]]) for c in members]
+        merged = merge(builds, tmp / "merged" / f"{python}-{platform}")
+        test = serving.get(members[0]["id"])
+        if test is None:
+            raise MergeConflict(f"cells of Python {python} on {platform} have no test job")
+        key = f"{test['prefix']}staged/{merged.filename}"
+        _put(s3, bucket, merged.path, key, merged.sha256)
+        out["wheels"].append(
+            {
+                "filename": merged.filename,
+                "key": key,
+                "sha256": merged.sha256,
+                "size": merged.size,
+                "cells_size": merged.inputs_size,
+                "test_job": test["id"],
+                "cells": [c["id"] for c in members],
+                "builds": list(merged.builds),
+                "requires_torch": merged.requires_torch,
+                "variants": sorted({variant_of(c) for c in members}),
+            }
+        )

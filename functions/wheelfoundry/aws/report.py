@@ -12,7 +12,8 @@ from wheelfoundry.errors import JobsFailed
 def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     run = event["run"]
     # A Map iteration that failed outright (TerminateFailed) has no result object: name its job anyway.
-    results = [r for r in event.get("results") or [] if isinstance(r, dict)]
+    # build_results: the build jobs; results: an extension run's test jobs (the published bytes, testjobs)
+    results = [r for r in [*(event.get("build_results") or []), *(event.get("results") or [])] if isinstance(r, dict)]
     reported = {r.get("job_id") for r in results}
     publish = event.get("publish") or {}
     failures = [
@@ -22,17 +23,15 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     ]
     failures += [
         (job["id"], "NoResult", "the job ended before recording its outcome; the reapers terminate its instance")
-        for job in event.get("jobs") or []
+        for job in [*(event.get("build_jobs") or []), *(event.get("jobs") or [])]
         if job.get("id") not in reported
     ]
     merge = event.get("merge") or {}
     if merge.get("Error"):
         failures.append(("merge", merge["Error"], readable_cause(merge.get("Cause"))[:1000]))
     elif merge.get("status") == "failed":
-        missing = ", ".join(merge.get("missing_cells") or [])
-        failures.append(
-            ("merge", "CellsMissing", f"require_all_cells: nothing merged, these cells did not build: {missing}")
-        )
+        why = merge.get("error") or "nothing was staged"
+        failures.append(("merge", "NothingPublished", f"{why}: nothing of this run was tested, published or signed"))
     if publish.get("Error"):
         failures.append(("index", publish["Error"], publish.get("Cause", "")[:1000]))
     attest = event.get("attest") or {}
@@ -62,6 +61,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "jobs": results,
         "index": publish,
         "merge": merge,
+        "layout": {"chosen": merge.get("layout"), "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "missing_cells": merge.get("missing_cells") or [],
         "images": images,
         "upload": {
@@ -75,6 +75,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     if failures:
         raise JobsFailed(failures)
     return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {
-        "published": sum(r.get("published", 0) for r in results) + len(merge.get("published") or []),
+        "published": sum(r.get("published", 0) for r in results),
+        "layout": merge.get("layout"),
         "signed": len(attest.get("signed") or []),
     }

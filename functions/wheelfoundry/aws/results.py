@@ -99,6 +99,20 @@ def allowed_projects(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> 
         raise ManifestInvalid(f"{job['id']}: cannot read the job contract s3://{bucket}/{key}: {exc}") from exc
 
 
+def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """A test job's wheels as Merge staged them (merge.json, outside the job's prefix); None for a build job.
+
+    The test host runs the package's code and can write its own prefix: only the bytes Merge wrote publish.
+    """
+    if job.get("kind") != "test":
+        return None
+    try:
+        merge = json.loads(s3.get_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/merge.json")["Body"].read())
+    except (ClientError, ValueError) as exc:
+        raise ManifestInvalid(f"{job['id']}: cannot read what Merge staged: {exc}") from exc
+    return {w["filename"]: w for w in merge.get("wheels", []) if w.get("test_job") == job["id"]}
+
+
 def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     """Publish the wheels the build reported, after checking each against the manifest by its bytes.
 
@@ -118,6 +132,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     )
     manifest = _load_manifest(s3, bucket, manifest_key, job["id"])
     projects = allowed_projects(s3, bucket, job, prefix)
+    staged = staged_digests(s3, run, job)
     published: list[str] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
@@ -136,12 +151,16 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         metadata_key = wheel.get("metadata_key")
         if metadata_key:
             metadata_key = _expect_key(job["id"], "metadata_key", metadata_key, f"{source}.metadata")
+        if staged is not None and (staged.get(filename) or {}).get("sha256") != sha:
+            raise ManifestInvalid(f"{job['id']}: {filename} (sha256 {sha}) is not a wheel Merge staged for this test")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
+        if staged is not None:  # which (torch, CUDA) indexes list it: Merge's record, not the test host's
+            metadata["wf-variants"] = ",".join(staged[filename].get("variants") or [])
         checked.append((filename, source, sha, project, metadata_key, version, metadata))
     # A GPU test comes first (options.gpu_test): check now, publish in the "publish" phase after it passed.
     held = bool(job.get("gpu_test")) and event.get("phase") != "publish"
     for filename, source, sha, project, metadata_key, version, metadata in checked:
-        if held or run.get("layout") == "merged":  # merged: cell wheels stay in the job's prefix for Merge
+        if held or job.get("kind") == "extension":  # cell wheels stay in the job's prefix: Merge stages them
             verified.append(filename)
             continue
         dest = f"wheels/{channel}/{project}/{filename}"

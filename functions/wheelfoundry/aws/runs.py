@@ -12,6 +12,7 @@ from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, LaunchFailed, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
+from wheelfoundry.model import ExtensionRequest
 from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
@@ -45,13 +46,15 @@ class ValidateSettings:
 
 
 def trust_class(job: Job) -> str:
-    return "extension" if job.kind == "extension" else "framework"
+    # A test job installs and runs the extension's code: the extension's trust class.
+    return "extension" if job.kind in ("extension", "test") else "framework"
 
 
 def job_summary(job: Job, prefix: str) -> dict[str, Any]:
     """What a Map iteration carries: small, so a large matrix stays far below the 256 KiB state limit."""
     return {
         "id": job.id,
+        "kind": job.kind,  # extension: Collect keeps its cell wheels; test: publishes what passed (testjobs)
         "prefix": prefix,
         "job_key": f"{prefix}job.json",
         "platform": job.platform,
@@ -157,8 +160,10 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
         "region": settings.region,
         "ecr_repository": settings.ecr_repository,
         "bundle_key": bundle_key,
-        # Extension runs in the merged layout: Collect keeps the cell wheels, Merge publishes one per Python.
+        # Extension runs: Collect keeps the cell wheels, Merge stages what will be published (merged or
+        # per-cell, by layout), the test jobs test those bytes and only they publish (testjobs).
         "layout": getattr(plan.request, "layout", "per-cell"),
+        "extension": isinstance(plan.request, ExtensionRequest),
         "require_all_cells": bool(getattr(plan.request, "require_all_cells", False)),
         "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
         # UploadOrImages: the signed wheels go to options.publish after PublishIndex (aws.uploads)
@@ -169,13 +174,14 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
     put = s3.put_object
     put(Bucket=settings.bucket, Key=f"{prefix}/request.json", Body=json.dumps(event.get("request"), indent=2))
     put(Bucket=settings.bucket, Key=f"{prefix}/plan.json", Body=json.dumps(plan.summary(), indent=2))
-    summaries = []
-    for job in plan.jobs:
-        job_prefix = f"{prefix}/jobs/{job.id}/"
-        role = settings.extension_job_role if trust_class(job) == "extension" else settings.framework_job_role
-        contract = {"run": {**run, "prefix": job_prefix, "job_role_arn": role}, **job.to_dict()}
-        put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
-        summaries.append(job_summary(job, job_prefix))
+    summaries: dict[str, list[dict[str, Any]]] = {"jobs": [], "tests": []}
+    for group, planned in (("jobs", plan.jobs), ("tests", plan.tests)):
+        for job in planned:
+            job_prefix = f"{prefix}/jobs/{job.id}/"
+            role = settings.extension_job_role if trust_class(job) == "extension" else settings.framework_job_role
+            contract = {"run": {**run, "prefix": job_prefix, "job_role_arn": role}, **job.to_dict()}
+            put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
+            summaries[group].append(job_summary(job, job_prefix))
     images = []
     for image in plan.images:
         key = image_key(run_id, image.id)
@@ -194,9 +200,10 @@ def validate(event: dict[str, Any], s3: Any, settings: ValidateSettings, today: 
             "max_concurrency": settings.max_concurrency,
             "on_demand": {"spot": False},  # merged into a job when spot capacity fails it
         },
-        "jobs": summaries,
+        "jobs": summaries["jobs"],
+        "test_jobs": summaries["tests"],  # Merge passes on those that have wheels to test
         "estimate": {"instance_hours": plan.hours, "usd": plan.usd},
-        "merge": {"status": "not merged" if getattr(plan.request, "layout", "") != "merged" else "pending"},
+        "merge": {"status": "pending" if summaries["tests"] else "not merged"},
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images
         "upload": {"status": "not requested"},  # the Upload state's result when options.publish names a target

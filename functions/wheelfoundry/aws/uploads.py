@@ -124,7 +124,8 @@ def upload_run(
     s3, bucket = clients["s3"], run["bucket"]
     upload_url, index_url, auth = endpoints(target, clients["secretsmanager"], clients["codeartifact"], secret_arn)
     work.mkdir(parents=True, exist_ok=True)
-    candidates, wheels = [], {w["filename"]: w for w in published(s3, bucket, run, event.get("jobs") or [])}
+    jobs = (event.get("build_jobs") or []) + (event.get("jobs") or [])  # as Attest reads them
+    candidates, wheels = [], {w["filename"]: w for w in published(s3, bucket, run, jobs)}
     try:
         for name, wheel in sorted(wheels.items()):
             digest = _download(s3, bucket, wheel["key"], work / name)

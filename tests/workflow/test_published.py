@@ -1,0 +1,179 @@
+"""Publish only what was tested: an extension run's published bytes, through the shipped template and ASL.
+
+After the build jobs, Merge stages what the run will publish (layout auto: merged unless the package loads
+a library by path) and the test jobs install those exact bytes with pip in every cell they serve; only what
+passed reaches the channel and is signed. Real builds on this host against torch 2.13.0 and 2.14.1 (CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+from wheelfoundry_cli.index_server import serving
+
+from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, source, upload
+from tests.workflow.test_merged import user_venv
+from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_user.failures import render, run_failures
+
+ROOT = Path(__file__).resolve().parents[2]
+PATHLOAD = ROOT / "tests" / "fixtures" / "pathload_ext"
+# The cell wheel finds its module by path, as a FileFinder over EXTENSION_SUFFIXES does: it imports in the
+# cell's smoke test, and not from a merged wheel, where the module moved to <dist>.wfbuilds/.
+BY_PATH_INIT = """import glob, os
+_here = os.path.dirname(__file__)
+if not glob.glob(os.path.join(_here, "_core.*.so")):
+    raise ImportError(f"Could not find module '_core' in {_here}")
+from wf_tiny_ext._core import add
+"""
+
+
+def _run_id(arn: str) -> str:
+    return arn.rsplit(":", 1)[1]
+
+
+def _get_json(aws: EmbeddedAws, bucket: str, key: str) -> object:
+    try:
+        return json.loads(aws.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except Exception:  # absent: what the CLI's reader returns too
+        return None
+
+
+def _test_log(aws: EmbeddedAws, stack: DeployedStack, arn: str, job: str) -> str:
+    """The test job's build log, for a failure message."""
+    key = f"runs/{_run_id(arn)}/jobs/{job}/build.log"
+    try:
+        body = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key=key)["Body"].read()
+    except Exception as exc:  # no log: say so in the message
+        return f"(no log at {key}: {exc})"
+    return body.decode(errors="replace")[-6000:]
+
+
+def test_a_path_loading_package_is_published_per_cell_and_imports_after_pip_install(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, PATHLOAD, "wf-pathload")
+    request = extension_request(uri, name="wf-pathload", torch=["2.13", "2.14"])
+    result = run(aws, stack, request, timeout=900)
+    assert result.succeeded, _test_log(aws, stack, result.arn, "wf-pathload-test-cp311-x86_64")
+    run_id = _run_id(result.arn)
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    assert report["layout"]["chosen"] == "per-cell"
+    assert "wf_pathload/_ops_cpu.so is a shared library the package loads by path" in report["layout"]["why"]
+    # One build job (both cells on one host) and one test job (Python 3.11): two instances, both ended.
+    assert len(launched_by(aws, result.arn)) == 2
+    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-pathload-test-cp311-x86_64/manifest.json")
+    assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [
+        ("0.3.0+pt213cpu", "passed"),
+        ("0.3.0+pt214cpu", "passed"),
+    ]
+    wheels = sorted(k for k in s3_keys(aws, stack, "wheels/ci/wf-pathload/") if k.endswith(".whl"))
+    assert [k.rsplit("/", 1)[1].split("-")[1] for k in wheels] == ["0.3.0+pt213cpu", "0.3.0+pt214cpu"]
+    signed = s3_keys(aws, stack, "wheels/ci/wf-pathload/")
+    assert all(f"{k}.provenance.json" in signed for k in wheels)
+    pages = s3_keys(aws, stack, "simple/ci/torch-")
+    assert "simple/ci/torch-2.13.0+cpu.html" in pages and "simple/ci/torch-2.14.1+cpu.html" in pages
+    with serving(aws.client("s3"), stack.outputs["WheelBucketName"]) as base:
+        for torch in ("2.13.0", "2.14.1"):
+            venv = user_venv(aws, torch, tmp_path / f"venv-{torch}")
+            find_links = f"{base}/simple/ci/torch-{torch}+cpu.html"
+            argv = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-index"]
+            installed = subprocess.run([*argv, "-f", find_links, "wf-pathload"], capture_output=True, text=True)
+            assert installed.returncode == 0, installed.stdout + installed.stderr
+            code = "import torch, wf_pathload; x = torch.randn(5); print(torch.equal(wf_pathload.scale_add(x, 3.0, 1.0), x * 3.0 + 1.0))"
+            out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
+            assert out.stdout.strip() == "True", out.stderr
+            label = f"pt{torch.replace('.', '')[:3]}cpu"
+            version = subprocess.run(
+                [str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('wf-pathload'))"],
+                capture_output=True,
+                text=True,
+            )
+            assert version.stdout.strip() == f"0.3.0+{label}"
+
+
+def test_a_merged_wheel_whose_import_fails_is_neither_published_nor_signed(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    folder = source(tmp_path, {"wf_tiny_ext/__init__.py": BY_PATH_INIT})
+    uri = upload(aws, stack, folder)
+    result = run(aws, stack, extension_request(uri, torch=["2.13", "2.14"]), timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    # The build tool's line: the job, the stage, the cause (the wheel, the cell, the ImportError), the log.
+    assert "wf-tiny-ext-test-cp311-x86_64" in (result.cause or "")
+    run_id = _run_id(result.arn)
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    bucket = stack.outputs["WheelBucketName"]
+    shown = "\n".join(render(run_failures(lambda key: _get_json(aws, bucket, key), run_id), bucket))
+    assert "wf-tiny-ext-test-cp311-x86_64: BuildFailed at stage test-torch2.1" in shown, shown
+    assert "PUBLISHED WHEEL FAILED: wf_tiny_ext-0.1.0-cp311-cp311-manylinux" in shown, shown
+    assert "check 'import wf_tiny_ext': ImportError: Could not find module '_core'" in shown, shown
+    assert f"log: s3://{bucket}/runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/build.log" in shown
+    assert report["layout"]["chosen"] == "merged"
+    assert [f["job_id"] for f in report["failed"]] == ["wf-tiny-ext-test-cp311-x86_64"]
+    # The cells passed their own smoke tests: the merged bytes are what failed, and nothing of them went out.
+    build = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-cpu-x86_64/manifest.json")
+    assert [w["smoke"] for w in build["wheels"]] == ["passed", "passed"]
+    assert s3_keys(aws, stack, "wheels/ci/") == []
+    assert report["provenance"].get("signed") == []
+    assert not [i for i in launched_by(aws, result.arn) if i["State"]["Name"] != "terminated"]
+
+
+def test_an_explicit_merged_layout_that_cannot_serve_the_package_publishes_nothing(
+    aws: EmbeddedAws, stack: DeployedStack
+) -> None:
+    uri = upload(aws, stack, PATHLOAD, "wf-pathload")
+    request = {**extension_request(uri, name="wf-pathload"), "layout": "merged"}
+    result = run(aws, stack, request, timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    assert "layout 'merged' cannot serve this package: wf_pathload/_ops_cpu.so" in (result.cause or "")
+    run_id = _run_id(result.arn)
+    assert s3_json(aws, stack, f"runs/{run_id}/merge.json")["test_jobs"] == []
+    assert s3_keys(aws, stack, "wheels/ci/") == [] and s3_keys(aws, stack, f"runs/{run_id}/jobs/wf-pathload-test") == [
+        f"runs/{run_id}/jobs/wf-pathload-test-cp311-x86_64/job.json"
+    ]
+    assert len(launched_by(aws, result.arn)) == 1  # the build; no test job started
+
+
+def test_a_merged_wheel_that_passed_is_what_users_install(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, source(tmp_path))
+    result = run(aws, stack, extension_request(uri, torch=["2.13", "2.14"]), timeout=900)
+    assert result.succeeded, (result.error, result.cause)
+    run_id = _run_id(result.arn)
+    merge = s3_json(aws, stack, f"runs/{run_id}/merge.json")
+    (staged,) = merge["wheels"]
+    (key,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
+    body = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key=key)["Body"].read()
+    import hashlib
+
+    assert hashlib.sha256(body).hexdigest() == staged["sha256"]  # the tested bytes are the published bytes
+    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/manifest.json")
+    (entry,) = tested["wheels"]
+    assert entry["sha256"] == staged["sha256"] and entry["smoke"] == "passed"
+    wheel = tmp_path / key.rsplit("/", 1)[1]
+    wheel.write_bytes(body)
+    with zipfile.ZipFile(wheel) as zf:
+        assert any(n.startswith("wf_tiny_ext.wfbuilds/torch2.14-cpu/") for n in zf.namelist())
+    assert f"{key}.provenance.json" in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/")
+
+
+def test_a_failed_merge_tests_publishes_and_signs_nothing(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    uri = upload(aws, stack, source(tmp_path))
+    aws.faults.inject("MergeFunction", "Boom")  # the Merge state's Catch: straight to Attest, nothing staged
+    result = run(aws, stack, extension_request(uri), timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    assert "merge: Boom" in (result.cause or ""), result.cause
+    run_id = _run_id(result.arn)
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    assert report["provenance"].get("signed") == [] and s3_keys(aws, stack, "wheels/ci/") == []
+    assert s3_keys(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/") == [
+        f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/job.json"  # planned, never started
+    ]
+    assert [i["State"]["Name"] for i in launched_by(aws, result.arn)] == ["terminated"]
