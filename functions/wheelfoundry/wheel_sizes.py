@@ -66,7 +66,8 @@ def estimate(jobs: Iterable[Job], known: dict[str, int] | None = None) -> list[S
     known = known or {}
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for job in jobs:
-        if job.extension is None or job.extension.layout != "merged":
+        # auto merges unless the library is loaded by path (decided at Merge): size it as merged
+        if job.extension is None or job.extension.layout not in ("merged", "auto"):
             continue
         for cell in job.extension.cells:
             entry = totals[(cell.python, job.platform)]
