@@ -126,6 +126,10 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
         "Next": "ImagesOrReport",
     }
     assert asl()["States"]["Report"]["Parameters"]["Payload"]["upload.$"] == "$.upload"
+    # Validate's placeholder travels through the states that rebuild the execution's state
+    assert asl()["States"]["Validate"]["ResultSelector"]["upload.$"] == "$.Payload.upload"
+    for name in ("AfterBuilds", "BeginTests"):
+        assert asl()["States"][name]["Parameters"]["upload.$"] == "$.upload", name
     assert asl()["States"]["ImagesOrReport"]["Default"] == "Report"  # no image section: straight to Report
 
 
