@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -51,3 +54,21 @@ def build_script() -> str:
     doc = resources("AWS::SSM::Document")["BuildDocument"]["Properties"]["Content"]
     step = doc["mainSteps"][0]
     return "\n".join(step["inputs"]["runCommand"]) + "\n"
+
+
+def readme_block(marker: str) -> str:
+    """The first ```bash block after ``marker`` in README.md: the commands a test runs as written."""
+    after = (ROOT / "README.md").read_text().split(marker, 1)[1]
+    match = re.search(r"```bash\n(.*?)```", after, re.S)
+    assert match, f"README lost the block after {marker}"
+    return match.group(1)
+
+
+def run_readme_block(script: str, cwd: Path, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a README block with bash -euo pipefail, this venv's commands first on PATH, no AWS profile or
+    endpoint of the caller's shell."""
+    env = {**os.environ, **extra_env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "WHEELFOUNDRY_ENDPOINT_URL", "TWINE_PASSWORD"):
+        env.pop(name, None)
+    argv = ["bash", "-euo", "pipefail", "-c", script]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=420)

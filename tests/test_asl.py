@@ -116,11 +116,24 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     assert begin["Parameters"]["jobs.$"] == "$.merge.test_jobs"
     # signing provenance never keeps the index from being published (docs/provenance.md)
     assert asl()["States"]["Attest"]["Catch"][0]["Next"] == asl()["States"]["Attest"]["Next"] == "PublishIndex"
-    assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "ImagesOrReport"
+    assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "UploadOrImages"
+    # no options.publish: no upload (issue 31); an upload's failure is caught and Report names it
+    upload = asl()["States"]["UploadOrImages"]
+    assert upload["Default"] == "ImagesOrReport" and upload["Choices"][0]["Next"] == "Upload"
+    assert asl()["States"]["Upload"]["Catch"][0] == {
+        "ErrorEquals": ["States.ALL"],
+        "ResultPath": "$.upload",
+        "Next": "ImagesOrReport",
+    }
+    assert asl()["States"]["Report"]["Parameters"]["Payload"]["upload.$"] == "$.upload"
+    # Validate's placeholder travels through the states that rebuild the execution's state
+    assert asl()["States"]["Validate"]["ResultSelector"]["upload.$"] == "$.Payload.upload"
+    for name in ("AfterBuilds", "BeginTests"):
+        assert asl()["States"][name]["Parameters"]["upload.$"] == "$.upload", name
     assert asl()["States"]["ImagesOrReport"]["Default"] == "Report"  # no image section: straight to Report
 
 
-@pytest.mark.parametrize("name", ["Validate", "Attest", "PublishIndex", "Report"])
+@pytest.mark.parametrize("name", ["Validate", "Attest", "PublishIndex", "Upload", "Report"])
 def test_top_level_tasks_exist(name: str) -> None:
     assert asl()["States"][name]["Type"] == "Task"
 

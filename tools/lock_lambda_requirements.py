@@ -1,6 +1,9 @@
 """Write functions/requirements.txt: the Lambda bundle's whole dependency closure, exact pins, sha256s.
 
-    .venv/bin/python tools/lock_lambda_requirements.py [--check]
+    .venv/bin/python tools/lock_lambda_requirements.py [--check] [--layer publish]
+
+`--layer publish` writes layers/publish/requirements.txt instead: the closure of pyproject.toml's
+`publish` extra (twine), for the layer only the Upload function carries.
 
 The direct requirements are pyproject.toml's dependencies less what the Lambda runtime (boto3) and AWS's
 Powertools layer provide; their versions, and those of everything they pull in, are the ones installed
@@ -102,8 +105,17 @@ def render(pins: dict[str, str], hashes: dict[str, list[str]], direct: list[str]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--layer", choices=["publish"], help="lock a layer's extra instead of the bundle")
     args = parser.parse_args(argv)
+    global LOCK, HEADER
     direct = direct_requirements()
+    if args.layer:
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        direct = sorted({canonical(Requirement(d).name) for d in extras[args.layer]})
+        LOCK = ROOT / "layers" / args.layer / "requirements.txt"
+        HEADER = HEADER.replace("Lambda bundle's dependencies", f"{args.layer} layer's dependencies").replace(
+            "what `sam build` installs next to functions/", f"what `sam build` installs into layers/{args.layer}/"
+        )
     pins = closure(direct)
     if args.check:
         locked = {name: version for name, (version, _) in parse_lock(LOCK.read_text()).items()}

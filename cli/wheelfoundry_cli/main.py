@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 the run failed, 2 the input was invalid (every problem is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -31,13 +32,17 @@ def _plan_command(args: argparse.Namespace) -> int:
     catalog, config = load_catalog(), load_config()
     plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
     checked = quota_lines([*plan.jobs, *plan.tests], config, args.quota, args.max_concurrency)  # as Validate
+    sizes, size_lines = _wheel_sizes(plan, args.sizes_from)
     if args.json:
         images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
-        print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images}, indent=2))
+        merged = {"merged_wheels": [dataclasses.asdict(e) for e in sizes]}
+        print(
+            json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images, **merged}, indent=2)
+        )
     elif args.dry_run:
-        print(render_dry_run(plan, explain=args.explain))
+        print(render_dry_run(plan, explain=args.explain) + size_lines)
     else:
-        print(render_plan(plan, explain=args.explain))
+        print(render_plan(plan, explain=args.explain) + size_lines)
     if not args.json:
         print("\n" + "\n".join(checked))
     toolkits = {f"{j.image.build_args['CUDA_VERSION']}-{j.platform}" for j in plan.jobs if j.cuda}
@@ -45,6 +50,19 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
         print("\n".join(f"  - {issue}" for issue in issues))
     return 0
+
+
+def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
+    """Each merged wheel's estimated size, and a warning where it would exceed the publish target's limit."""
+    from wheelfoundry import wheel_sizes
+
+    known = wheel_sizes.measured_cells(sorted(Path(sizes_from).glob("*.whl"))) if sizes_from else {}
+    estimates = wheel_sizes.estimate(plan.jobs, known)
+    if not estimates:
+        return [], ""
+    lines = ["", "merged wheels (estimated size):", *(f"  {e.describe()}" for e in estimates)]
+    lines += [f"warning: {w}" for w in wheel_sizes.warnings(estimates, plan.request.options.publish)]
+    return estimates, "\n".join(lines)
 
 
 def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
@@ -100,6 +118,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     plan.add_argument("--dry-run", action="store_true", help="also show each job's image, environment and stages")
     plan.add_argument(
         "--explain", action="store_true", help="say why each job runs on EC2 or CodeBuild (both costs, or the limit)"
+    )
+    plan.add_argument(
+        "--sizes-from", metavar="DIR", help="merged wheels of an earlier run (wheelfoundry fetch): measured cell sizes"
     )
     add_builder_flags(plan)
     add_quota_flags(plan)

@@ -1,5 +1,5 @@
 """argparse wiring of the user's commands (`wheelfoundry start|status|runs|logs|fetch|cancel|verify|rebuild|
-public-key|index list`)."""
+publish|public-key|index list`)."""
 
 from __future__ import annotations
 
@@ -206,6 +206,27 @@ def _verify(args: argparse.Namespace) -> int:
     return EXIT_OK if verdicts and all(v.ok for v in verdicts) else EXIT_FAILED
 
 
+def _publish(args: argparse.Namespace) -> int:
+    from wheelfoundry.publish_targets import parse_to
+    from wheelfoundry_user import verify
+    from wheelfoundry_user.publish import publish_wheels
+
+    target = parse_to(args.to, args.max_file_mb, args.index_url)  # RequestInvalid: exit 2, field and value named
+    farm = _farm(args)
+    keys = verify.keyring(farm, args.public_key or [])  # wheelfoundry verify's trust: the stack's key or --public-key
+    outcomes = publish_wheels(
+        farm, args.target, args.package, target, args.token_secret, keys, args.source, args.builder
+    )
+    data = {
+        "target": target.name,
+        "wheels": [{"wheel": o.filename, "action": o.action, "reason": o.reason} for o in outcomes],
+    }
+    counts = {a: sum(o.action == a for o in outcomes) for a in ("uploaded", "skipped", "refused")}
+    summary = f"{target.name}: " + ", ".join(f"{n} {a}" for a, n in counts.items())
+    _emit(args, data, "\n".join([*(o.line() for o in outcomes), summary]))
+    return EXIT_FAILED if counts["refused"] or not outcomes else EXIT_OK
+
+
 def _public_key(args: argparse.Namespace) -> int:
     from wheelfoundry_user import verify
 
@@ -292,6 +313,18 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     again.add_argument("--wait", type=float, default=7200.0, help="seconds to wait for the rebuild to end")
     _common(again)
     again.set_defaults(func=_guard(_rebuild))
+    pub = sub.add_parser("publish", help="upload a run's or channel's signed wheels to PyPI, CodeArtifact or an index")
+    pub.add_argument("target", metavar="RUN|CHANNEL")
+    pub.add_argument("package", nargs="?")
+    pub.add_argument(
+        "--to", required=True, help="pypi, testpypi, codeartifact:DOMAIN/REPOSITORY[@OWNER] or an upload URL"
+    )
+    pub.add_argument("--token-secret", help="Secrets Manager secret ARN holding the token (else $TWINE_PASSWORD)")
+    pub.add_argument("--max-file-mb", type=float, help="the target's per-file limit when raised (PyPI: 100)")
+    pub.add_argument("--index-url", help="the upload URL's simple index (default: URL/simple/)")
+    add_trust_flags(pub, no_verify=False)  # no --no-verify: only wheels with valid provenance go out
+    _common(pub)
+    pub.set_defaults(func=_guard(_publish))
     public_key = sub.add_parser("public-key", help="save the stack's provenance public key (PEM) for offline verify")
     public_key.add_argument("--out", default="wheelfoundry-provenance.pem")
     _common(public_key, json_flag=False)

@@ -100,6 +100,10 @@ class ProvenanceInvalid(WheelFoundryError):
     """A published wheel whose bytes, manifest or provenance envelope do not match (nothing is signed)."""
 
 
+class PublishFailed(WheelFoundryError):
+    """The upload to the publish target could not run or the index refused it (credentials, network, twine)."""
+
+
 class JobsFailed(WheelFoundryError):
     """Raised by Report when one or more jobs failed; names each one and why."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from wheelfoundry.publish_targets import PublishTarget
+
 Platform = Literal["x86_64", "aarch64"]
 Accelerator = Literal["cpu", "cuda"]
 
@@ -49,6 +51,7 @@ class Options:
     executor: Literal["auto", "ec2", "codebuild"] = "auto"  # auto: per job (wheelfoundry.executors)
     gpu_test: GpuTestOption | None = None  # None: CUDA wheels are published untested on a GPU
     max_wall_hours: float = 1.0  # the run's expected wall time extension cells are fanned out to meet
+    publish: PublishTarget | None = None  # None: the stack's own index only (no upload)
 
 
 @dataclass(frozen=True)

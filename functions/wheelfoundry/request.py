@@ -34,6 +34,7 @@ from wheelfoundry.model import (
     TargetSpec,
 )
 from wheelfoundry.presets import expand_preset
+from wheelfoundry.publish_targets import parse_target
 
 
 @cache
@@ -239,6 +240,8 @@ def parse_request(raw: Any, catalog: Catalog | None = None, config: FarmConfig |
     torch_count = len(torches) if isinstance(torches, list) and torches else 1
     issues += images.check(filled, catalog, bad_paths, _run_python(filled, catalog), torch_count)
     issues += gpu_test_issues(filled.get("options"), config)
+    if isinstance(filled.get("options"), Mapping) and "options.publish" not in bad_paths:
+        issues += parse_target(filled["options"].get("publish"))[1]
     if issues:
         unique = {(i.path, i.message): i for i in issues}  # one mistake can trip two schema keywords
         raise RequestInvalid(unique.values())
@@ -290,6 +293,7 @@ def _options(data: Mapping[str, Any], config: FarmConfig) -> Options:
         executor=data["executor"],
         gpu_test=_gpu_test(data.get("gpu_test", False), data["spot"], config),
         max_wall_hours=float(data.get("max_wall_hours", config.max_wall_hours)),
+        publish=parse_target(data.get("publish"))[0],
     )
 
 

@@ -43,6 +43,8 @@ def install(patches: Patches) -> None:
         fn = original(cls, resource_name, cloudformation_json, *args, **kwargs)
         layers = cloudformation_json.get("Properties", {}).get("Layers")
         if layers:
+            # A layer of the stack itself (!Ref PublishToolsLayer) resolves to moto's LayerVersion, not its ARN.
+            layers = [layer if isinstance(layer, str) else layer.arn for layer in layers]
             fn.layers = fn._get_layers_data(layers)
         return fn
 

@@ -18,19 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import readme_block, run_readme_block
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TINY = ROOT / "tests" / "fixtures" / "tiny_ext"
 MARKER = "<!-- readme-local-cli: tests/local/test_local_up.py runs this block -->"
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def readme_block() -> str:
-    text = (ROOT / "README.md").read_text()
-    after = text.split(MARKER, 1)[1]
-    match = re.search(r"```bash\n(.*?)```", after, re.S)
-    assert match, "README lost its local AWS CLI block"
-    return match.group(1)
 
 
 def tiny_request(tmp_path: Path) -> Path:
@@ -78,19 +72,12 @@ def test_readme_aws_cli_commands_build_against_local_up(tmp_path: Path) -> None:
     try:
         up = wait_for_state(state_dir / "up.json", proc)
         endpoint = str(up["endpoint"])
-        script = readme_block()
+        script = readme_block(MARKER)
         script = re.sub(r"^EP=http://127\.0\.0\.1:PORT.*$", f"EP={endpoint}", script, count=1, flags=re.M)
         script = script.replace("file://examples/requests/extension-demo.json", f"file://{request}")
         script = script.replace("--dest dist/", f"--dest {dest}")
         assert f"EP={endpoint}" in script and str(request) in script
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=420,
-        )
+        done = run_readme_block(script, ROOT, ENV)
         assert done.returncode == 0, done.stdout + done.stderr
         lines = done.stdout.splitlines()
         assert "SUCCEEDED" in lines, done.stdout

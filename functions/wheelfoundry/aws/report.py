@@ -41,6 +41,12 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         failures.append(("provenance", attest["Error"], f"no provenance signed for this run's wheels: {why}"))
     for refused in attest.get("refused") or []:
         failures.append(("provenance", "NotSigned", f"{refused.get('wheel')}: {refused.get('reason')}"[:1000]))
+    upload = event.get("upload") or {}
+    if upload.get("Error"):  # the Upload state failed: nothing (more) reached the publish target
+        why = readable_cause(upload.get("Cause"))[:1000]
+        failures.append(("upload", upload["Error"], f"the upload to options.publish failed: {why}"))
+    for refused in upload.get("refused") or []:
+        failures.append(("upload", "Refused", f"{refused.get('wheel')}: {refused.get('reason')}"[:1000]))
     images = event.get("images") or []
     if isinstance(images, dict):  # the BuildImages Map itself failed
         failures.append(("images", images.get("Error", "Failed"), readable_cause(images.get("Cause"))[:1000]))
@@ -59,6 +65,9 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "layout": {"chosen": merge.get("layout"), "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "missing_cells": merge.get("missing_cells") or [],
         "images": images,
+        "upload": {
+            k: upload.get(k) for k in ("status", "target", "uploaded", "skipped", "refused", "Error") if k in upload
+        },
         "provenance": {k: attest.get(k) for k in ("status", "signed", "kept", "refused", "Error") if k in attest},
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "estimated_wall_hours": run.get("estimated_wall_hours"),

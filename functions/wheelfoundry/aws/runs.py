@@ -44,6 +44,10 @@ class ValidateSettings:
     container_builds: bool = True
     # How long a job may wait for EC2 vCPU quota that other instances hold (template QuotaWaitSeconds).
     quota_wait_seconds: int = 21600
+    # options.publish: a token secret was deployed; the CodeArtifact repository the Upload role may
+    # publish to, "DOMAIN/REPOSITORY@OWNER" (OWNER empty: the stack's account), "" for none.
+    publish_secret: bool = False
+    publish_codeartifact: str = ""
 
 
 def trust_class(job: Job) -> str:
@@ -140,6 +144,27 @@ def check_source_location(request: Any, settings: ValidateSettings) -> None:
     raise RequestInvalid([Issue("source.s3", why, uri, tuple(allowed))])
 
 
+def check_publish_target(request: Any, settings: ValidateSettings) -> None:
+    """options.publish names what this stack can publish to, or is refused before anything is built."""
+    target = request.options.publish
+    if target is None:
+        return
+    if target.codeartifact is not None:
+        ca = target.codeartifact
+        where, _, owner = settings.publish_codeartifact.partition("@")
+        if where == f"{ca.domain}/{ca.repository}" and (ca.owner is None or not owner or ca.owner == owner):
+            return
+        deployed = settings.publish_codeartifact.rstrip("@") or "none"
+        why = (
+            f"{ca.domain}/{ca.repository} is not the CodeArtifact repository this stack may publish to ({deployed}); "
+            "deploy with PublishCodeArtifactDomain/PublishCodeArtifactRepository"
+        )
+        raise RequestInvalid([Issue("options.publish.codeartifact", why, target.name, (deployed,))])
+    if target.kind != "url" and not settings.publish_secret:
+        why = f"{target.name} needs a token: deploy the stack with PublishTokenSecretArn=<secret ARN>"
+        raise RequestInvalid([Issue("options.publish", why, target.name)])
+
+
 def validate(
     event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date, service_quotas: Any = None
 ) -> dict[str, Any]:
@@ -148,6 +173,7 @@ def validate(
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(event.get("request"), catalog, config)
     check_source_location(request, settings)
+    check_publish_target(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     source = getattr(request, "source", None)
     recorded_at = calibration_key(extension_cache_scope(source)) if source is not None else None
@@ -176,6 +202,9 @@ def validate(
         "images": bool(plan.images),  # ImagesOrReport: runtime image jobs after PublishIndex
         "calibration_key": recorded_at,  # Report records this run's extension cells there
         "estimated_wall_hours": plan.wall_hours,  # report.json sets it beside the jobs' actual hours
+        # UploadOrImages: the signed wheels go to options.publish after PublishIndex (aws.uploads)
+        "upload": plan.request.options.publish is not None,
+        "publish": plan.request.options.publish.to_dict() if plan.request.options.publish else None,
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object
@@ -218,4 +247,5 @@ def validate(
         "merge": {"status": "pending" if summaries["tests"] else "not merged"},
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images
+        "upload": {"status": "not requested"},  # the Upload state's result when options.publish names a target
     }

@@ -28,6 +28,8 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         source_bucket=rt.var("WF_EXTENSION_SOURCE_BUCKET", ""),
         container_builds=rt.var("WF_CONTAINER", "docker") != "none",
         quota_wait_seconds=int(rt.var("WF_QUOTA_WAIT_SECONDS", "21600")),
+        publish_secret=bool(rt.var("WF_PUBLISH_SECRET_ARN", "")),
+        publish_codeartifact=rt.var("WF_PUBLISH_CODEARTIFACT", ""),
     )
     today = datetime.now(UTC).date()
     result = validate(event, rt.client("s3"), settings, today, rt.client("service-quotas"))
