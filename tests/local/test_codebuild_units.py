@@ -90,6 +90,17 @@ def test_start_keeps_the_token_out_of_the_build_and_is_idempotent_per_token() ->
     assert codebuild.stopped == ["proj-x86:1"] and other["build_id"] == "proj-x86:2"
 
 
+@pytest.mark.parametrize(("kind", "role"), [("extension", "ext-role"), ("test", "ext-role"), ("pytorch", None)])
+def test_builds_that_run_an_extensions_code_get_the_extension_role(kind: str, role: str | None) -> None:
+    """A test job installs and imports the extension (its published bytes): never the framework's role."""
+    s3, codebuild = S3(), CodeBuild()
+    contract = json.loads(s3.objects[f"{PREFIX}job.json"])
+    s3.objects[f"{PREFIX}job.json"] = json.dumps({**contract, "kind": kind}).encode()
+    start(event(), s3, codebuild, SETTINGS)
+    (params,) = codebuild.started
+    assert params.get("serviceRoleOverride") == role
+
+
 def test_timeout_minutes_stay_within_codebuilds_range() -> None:
     assert [timeout_minutes(s) for s in (1, 300, 301, 8 * 3600, 10**6)] == [5, 5, 6, 480, 2160]
 

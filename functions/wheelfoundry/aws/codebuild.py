@@ -143,7 +143,8 @@ def start(event: Mapping[str, Any], s3: Any, codebuild: Any, settings: BuildSett
     }
     if compute:
         params["computeTypeOverride"] = compute
-    if contract.get("kind") == "extension" and settings.extension_role:
+    # A test job installs and runs the extension's code: the extension's trust class, as its build.
+    if contract.get("kind") in ("extension", "test") and settings.extension_role:
         params["serviceRoleOverride"] = settings.extension_role
     try:
         build = codebuild.start_build(**params)["build"]
