@@ -48,7 +48,9 @@ def jobs() -> int:
 def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error: type[Exception]) -> int:
     """Run ``compile_one(*call)`` for every call, each in a forked child, ``limit`` at a time; the peak
     number of children. Raises ``error`` naming the sources that failed (their compiler said why)."""
-    pending, running, failed, peak = list(calls), {}, [], 0
+    pending, peak = list(calls), 0
+    running: dict[int, tuple[Any, ...]] = {}
+    failed: list[str] = []
     while pending or running:
         while pending and len(running) < limit and not failed:
             call = pending.pop(0)
@@ -60,7 +62,7 @@ def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error
                 try:
                     compile_one(*call)
                     code = 0
-                except BaseException as exc:  # noqa: BLE001  (reported by the parent as a failed unit)
+                except BaseException as exc:
                     print(f"wfbuild.parallel_compile: {call[1]}: {exc}", file=sys.stderr)
                 finally:
                     sys.stdout.flush()
@@ -90,7 +92,7 @@ def _record(entry: dict[str, Any]) -> None:
 
 
 def _wrap(original: Any, error: type[Exception]) -> Any:
-    def compile(self: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001
+    def compile(self: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
         limit = jobs()
         if limit <= 1 or len(sources) <= 1:
             return original(self, sources, *args, **kwargs)
@@ -125,14 +127,11 @@ def patch(module: Any) -> None:
     """Wrap ``compile`` of the compiler base class this module defines (CCompiler, or Compiler)."""
     error = getattr(module, "CompileError", RuntimeError)
     for value in list(vars(module).values()):
-        if (
-            isinstance(value, type)
-            and value.__module__ == module.__name__
-            and "compile" in vars(value)
-            and hasattr(value, "_setup_compile")
-            and not getattr(value.compile, "__wf_parallel__", False)
-        ):
-            value.compile = _wrap(value.compile, error)
+        if not isinstance(value, type) or value.__module__ != module.__name__:
+            continue
+        original = vars(value).get("compile")
+        if original is not None and hasattr(value, "_setup_compile") and not hasattr(original, "__wf_parallel__"):
+            setattr(value, "compile", _wrap(original, error))  # noqa: B010  (a class we do not type)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -158,7 +157,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             exec_module(module)
             patch(module)
 
-        loader.exec_module = patched
+        loader.exec_module = patched  # type: ignore[union-attr,method-assign]
         return spec
 
 

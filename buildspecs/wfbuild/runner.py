@@ -34,6 +34,7 @@ from wfbuild import (
     callback,
     compiler_cache,
     container,
+    cpu_usage,
     credentials,
     hostfiles,
     hostinfo,
@@ -83,6 +84,7 @@ class Job:
         self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
         self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
         self.cache_stats: list[dict[str, Any]] = []  # container mode: each compile stage's server
+        self.usage: dict[str, dict[str, Any]] = {}  # compile stage -> its CPU and wall seconds (wfbuild.cpu_usage)
         self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
         self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
@@ -271,7 +273,7 @@ class Job:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
         env = {**self.stage_env(stage, in_container), **extra}
-        argv = stage.argv
+        argv = self._measured(stage, self._cached(stage) if in_container else stage.argv, in_container)
         hook = None
         if in_container:
             name = f"wf-{os.getpid()}-{next(self._names)}"
@@ -283,7 +285,7 @@ class Job:
                 env_file,
                 self.work,
                 self.bundle,
-                self._cached(stage),
+                argv,
                 endpoint,
                 stage.offline,
                 self.limits(),
@@ -302,6 +304,7 @@ class Job:
         if hook is not None:
             self.runner.on_abort.remove(hook)
             self._collect_cache_stats(stage)
+        self._collect_usage(stage)
         status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
         result = self._result(stage, status, started, code, list(tail), error)
@@ -316,6 +319,24 @@ class Job:
         if not _compiles(stage) or not compiler_cache.wanted(self.job["env"], self.bucket):
             return stage.argv
         return compiler_cache.stage_argv(f"/work/meta/sccache/{stage.name}.json", stage.argv, _wraps(stage))
+
+    def _measured(self, stage: Stage, argv: list[str], in_container: bool) -> list[str]:
+        """A compile stage under wfbuild.cpu_usage, which records its CPU and wall seconds in meta/usage/."""
+        if not _compiles(stage):
+            return argv
+        out = f"{'/work' if in_container else self.work}/meta/usage/{stage.name}.json"
+        return ["python3", "-m", "wfbuild.cpu_usage", "--out", out, "--", *argv]
+
+    def _collect_usage(self, stage: Stage) -> None:
+        if not _compiles(stage):
+            return
+        try:  # written in the build's own tree: read as a file it may have planted, and checked as numbers
+            record = json.loads(hostfiles.read_inside(self.work, self.work / "meta" / "usage" / f"{stage.name}.json"))
+        except (hostfiles.UnsafeFile, ValueError) as exc:
+            self.log.note(f"no CPU record of {stage.name}: {exc}")
+            return
+        if isinstance(record, dict):
+            self.usage[stage.name] = record
 
     def _collect_cache_stats(self, stage: Stage) -> None:
         if not _compiles(stage):  # only compile stages ran under a server (_cached)
@@ -385,6 +406,11 @@ class Job:
         elif self.cache_stats:
             data["compiler_cache"] = stats = cache_stats.combine(self.cache_stats)
             self.log.note(cache_stats.describe(stats))
+        server = float((data.get("compiler_cache") or {}).get("server_cpu_seconds") or 0.0)
+        usage = cpu_usage.summary(self.results, self.usage, server)
+        if usage is not None:  # what the planner sizes the next build of this source by (wheelfoundry.usage)
+            data["compile_usage"] = usage
+            self.log.note(cpu_usage.describe(usage))
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         (self.private / "manifest.json").write_text(text, encoding="utf-8")
         return data

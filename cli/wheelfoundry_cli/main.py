@@ -15,11 +15,12 @@ from typing import Any
 
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.errors import Issue, RequestInvalid
 from wheelfoundry.jobs import Plan
 from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
+from wheelfoundry.usage import RecordedUsage, from_manifest
 from wheelfoundry_cli.catalog_commands import add_catalog_commands
 from wheelfoundry_cli.render import render_dry_run, render_plan
 from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
@@ -28,7 +29,8 @@ from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
-    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
+    usage = recorded_usage(args.usage)
+    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, usage=usage)
     if args.json:
         images = {"images": [image.to_dict() for image in plan.images]}  # runtime image contracts (issue 11)
         print(json.dumps({**plan.summary(), "jobs": [job.to_dict() for job in plan.jobs], **images}, indent=2))
@@ -41,6 +43,24 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
         print("\n".join(f"  - {issue}" for issue in issues))
     return 0
+
+
+def recorded_usage(paths: Sequence[str]) -> dict[str, RecordedUsage]:
+    """--usage: earlier jobs' manifest.json files; each one's compile record, keyed by source and target."""
+    found = {}
+    for path in paths:
+        try:
+            record = from_manifest(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RequestInvalid(
+                [Issue("--usage", f"{path}: not a job's manifest.json ({exc})", path, ("a manifest.json",))]
+            ) from exc
+        if record is None:
+            raise RequestInvalid(
+                [Issue("--usage", f"{path}: records no compile usage", path, ("a manifest with compile_usage",))]
+            )
+        found[record.source] = record
+    return found
 
 
 def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
@@ -85,6 +105,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     plan.add_argument("request", nargs="?", help="a request JSON file or a preset name (e.g. nightly)")
     plan.add_argument("--json", action="store_true", help="print the jobs as JSON (the job contract)")
     plan.add_argument("--dry-run", action="store_true", help="also show each job's image, environment and stages")
+    plan.add_argument(
+        "--usage",
+        action="append",
+        default=[],
+        metavar="MANIFEST",
+        help="an earlier run's manifest.json of the same source: size its extension job by the cores it kept busy",
+    )
     plan.add_argument(
         "--explain", action="store_true", help="say why each job runs on EC2 or CodeBuild (both costs, or the limit)"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from packaging.version import Version
 
@@ -21,6 +22,7 @@ from wheelfoundry.model import ExtensionRequest
 from wheelfoundry.resolve import resolve_version
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
 from wheelfoundry.targets import target_id, variant
+from wheelfoundry.usage import RecordedUsage, expected_busy, size_extension, usage_key
 
 TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
@@ -68,8 +70,32 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
     return catalog.toolkit_for(release, cuda, platform).default_arch_list
 
 
+def _sized(
+    job_id: str, cells: int, default: InstanceChoice, accelerator: str, config: FarmConfig, record: RecordedUsage | None
+) -> tuple[InstanceChoice, int, float | None, str]:
+    """(instance, cells at once, compile hours on it or None for the config's model, the plan's note)."""
+    if record is None:
+        per_cell = float(config.estimates["extension_cores_per_cell"][accelerator])
+        busy = expected_busy(cells, default.vcpus, per_cell)
+        note = (
+            f"{job_id}: expected cores busy {busy:.2f} of {default.vcpus} vCPUs ({cells} cell(s) x {per_cell:g} "
+            f"from the config): no recorded build of this source; each cell compiles up to MAX_JOBS units at once "
+            f"(ninja, CMake, or setuptools without ninja), so a run's manifest (`plan --usage`) can size it"
+        )
+        return default, parallel_cells(cells, default, accelerator, config), None, note
+    sized = size_extension(cells, record, default.arch, accelerator, config, default.spot)
+    spec = sized.instance
+    instance = InstanceChoice(spec.name, spec.arch, spec.vcpus, spec.memory_gib, spec.usd_per_hour, default.spot)
+    note = f"{job_id}: {spec.name}, expected cores busy {sized.cores_busy:.2f}: {sized.reason}"
+    return instance, sized.parallel_cells, sized.wall_hours, note
+
+
 def plan_extension(
-    request: ExtensionRequest, catalog: Catalog, config: FarmConfig, context: StackContext
+    request: ExtensionRequest,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    usage: Mapping[str, RecordedUsage] | None = None,
 ) -> tuple[tuple[Job, ...], list[str]]:
     jobs: list[Job] = []
     notes: list[str] = []
@@ -85,8 +111,11 @@ def plan_extension(
                 continue
             tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
             label = variant(accelerator, cuda)
-            instance = choose_instance(f"extension-{platform}", None, request.options.spot, config)
-            parallel = parallel_cells(len(cells), instance, accelerator, config)
+            default = choose_instance(f"extension-{platform}", None, request.options.spot, config)
+            key = usage_key(name, source.git or source.s3 or "", source.ref or "", tid)
+            instance, parallel, sized_hours, busy_note = _sized(
+                f"{name}-{tid}", len(cells), default, accelerator, config, (usage or {}).get(key)
+            )
             per_job = config.gib_per_compile_job["cuda" if accelerator == "cuda" else "cpu"]
             env = {
                 "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
@@ -123,6 +152,8 @@ def plan_extension(
             pin = PackagePin(name, versions, source.git or source.s3 or "", source.ref or "", "git", None, pythons)
             per_cell = config.estimates["extension_per_python"][accelerator]
             hours = config.estimates["setup"] + per_cell * len(cells)
+            if sized_hours is not None:  # hours on this instance, from the record: as hours on the 32-vCPU reference
+                hours = sized_hours * instance.vcpus / 32
             jobs.append(
                 Job(
                     id=f"{name}-{tid}",
@@ -146,4 +177,5 @@ def plan_extension(
                 )
             )
             notes.append(f"{name}-{tid}: {len(cells)} cell(s) on one {instance.type}, {parallel} at a time")
+            notes.append(busy_note)
     return tuple(jobs), notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import date
 
 from packaging.version import Version
@@ -22,6 +23,7 @@ from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
 from wheelfoundry.targets import target_id, variant
+from wheelfoundry.usage import RecordedUsage
 
 
 def _pin(
@@ -192,13 +194,14 @@ def plan_request(
     config: FarmConfig,
     context: StackContext | None = None,
     today: date | None = None,
+    usage: Mapping[str, RecordedUsage] | None = None,
 ) -> Plan:
     """The jobs a request runs, each on its executor; RequestInvalid (ExecutorRefused, GuardrailExceeded)
     before anything is launched."""
     context = context or StackContext()
     today = today or date.today()
     if isinstance(request, ExtensionRequest):
-        jobs, notes = plan_extension(request, catalog, config, context)
+        jobs, notes = plan_extension(request, catalog, config, context, usage)
         channel = request.channel
     else:
         resolved = resolve_version(request.version, catalog)
