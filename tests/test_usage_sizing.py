@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wheelfoundry_cli.main import recorded_usage
 
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
@@ -14,7 +15,6 @@ from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 from wheelfoundry.usage import RecordedUsage, from_manifest, size_extension, usage_key
-from wheelfoundry_cli.main import recorded_usage
 
 SOURCE = "s3://my-bucket/sources/e.tar.gz"
 REQUEST: dict[str, Any] = {
