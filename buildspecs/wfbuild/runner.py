@@ -12,7 +12,6 @@ Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 toke
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import itertools
 import json
 import os
@@ -32,6 +31,7 @@ import boto3
 from wfbuild import (
     cache_stats,
     callback,
+    cells,
     compiler_cache,
     container,
     cpu_usage,
@@ -235,39 +235,14 @@ class Job:
         status = self._run_one(stage_host, stage_in, image, extra or {})
         return fatal_failed or (status != "succeeded" and stage_host.fatal)
 
-    def _spare_gib(self) -> float:
-        """This host's memory less what the runner keeps for itself (WF_RESERVE_GIB, default 4)."""
-        return hostinfo.memory_gib() - float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
-
     def limits(self) -> container.Limits:
-        """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
-        memory = max(1.0, self._spare_gib())
-        return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
-
-    def cell_slots(self, cells: int) -> tuple[int, int]:
-        """(cells at once, MAX_JOBS of each): this host's cores and memory split so nothing swaps."""
-        env = self.job.get("env", {})
-        cores = hostinfo.cores()
-        per_job = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0)
-        by_memory = max(1, int(self._spare_gib() // per_job))
-        compile_jobs = max(1, min(cores, by_memory, int(env.get("MAX_JOBS") or cores)))
-        slots = max(1, min(cells, compile_jobs, int(self.environ.get("WF_CELL_SLOTS") or cells)))
-        return slots, max(1, compile_jobs // slots)
+        return cells.limits(self.job.get("env", {}))
 
     def _run_cells(self, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:
-        groups: dict[str, list[tuple[Stage, Stage]]] = {}
-        for pair in pairs:
-            groups.setdefault(pair[0].group or "", []).append(pair)
-        slots, jobs = self.cell_slots(len(groups))
-        self.log.note(f"{len(groups)} cell(s), {slots} at a time, MAX_JOBS={jobs} each")
+        def step(pair: tuple[Stage, Stage], extra: dict[str, str]) -> None:
+            self._step(pair, image, fatal_failed, extra)
 
-        def chain(name: str) -> None:
-            for pair in groups[name]:
-                self._step(pair, image, fatal_failed, {"MAX_JOBS": str(jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)})
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=slots) as pool:
-            for future in [pool.submit(chain, name) for name in groups]:
-                future.result()
+        cells.run(pairs, step, self.log.note, self.job.get("env", {}), self.environ)
 
     def _run_one(self, stage_host: Stage, stage_in: Stage, image: str, extra: dict[str, str]) -> str:
         in_container = self.mode == "docker" and not stage_host.host
