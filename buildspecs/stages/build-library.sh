@@ -10,6 +10,9 @@
 #           its version becomes PYTORCH_VERSION, which pins the library's torch requirement.
 #           WF_BUILD_COPY       build from a fresh copy of the source here (extension cells build side
 #           by side; setuptools writes build/ and *.egg-info into the tree it builds)
+#           MAX_JOBS            compilers at once (default: this machine's cores): ninja and CMake
+#           (CMAKE_BUILD_PARALLEL_LEVEL), meson-python (compile-args -jN) and setuptools without ninja
+#           (translation units in forked workers: wfbuild.parallel_compile) all get it
 set -euo pipefail
 : "${WF_SRC_DIR:?}"
 : "${WF_ENV_DIR:?}"
@@ -40,8 +43,33 @@ fi
 wf_nightly_version BUILD_VERSION
 wf_sccache_setup
 mkdir -p "$WF_OUT_DIR"
+jobs="${MAX_JOBS:-$(nproc)}"
+[[ "$jobs" =~ ^[1-9][0-9]{0,3}$ ]] || wf_die "MAX_JOBS must be a whole number of compilers, not '$jobs'"
+export MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}"
+settings=()
+backend="$(python3 -m wfbuild.parallel_compile backend --src "$WF_SRC_DIR")"
+case "$backend" in
+  mesonpy)
+    settings=(--config-settings "compile-args=-j$jobs")
+    wf_log "parallel compile: meson-python, compile-args=-j$jobs"
+    ;;
+  scikit_build_core | skbuild | cmake_build_extension)
+    wf_log "parallel compile: CMake ($backend), CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL"
+    ;;
+  *)
+    python3 -m wfbuild.parallel_compile install --python "$python" >/dev/null
+    WF_PARALLEL_LOG="$(mktemp)"
+    export WF_COMPILE_JOBS="$jobs" WF_PARALLEL_LOG
+    wf_log "parallel compile: $backend; ninja and CMake get MAX_JOBS=$jobs, setuptools without ninja compiles" \
+      "up to $jobs translation units at a time (wfbuild.parallel_compile: forked workers)"
+    ;;
+esac
 # No build isolation: an isolated build would install some other torch from an index.
-"$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps \
+"$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps "${settings[@]}" \
   --wheel-dir "$WF_OUT_DIR" -- "$WF_SRC_DIR"
+if [[ -n "${WF_PARALLEL_LOG:-}" ]]; then
+  wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile summary --log "$WF_PARALLEL_LOG")"
+  rm -f -- "$WF_PARALLEL_LOG"
+fi
 wf_sccache_stats
 ls -l "$WF_OUT_DIR"
