@@ -8,7 +8,7 @@ SAM := .tools/sam/bin/sam
 CHECKOV := .tools/checkov/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test corpus lint venv sam checkov clean docker docker-stop
+.PHONY: demo test test-heavy corpus lint venv sam checkov clean docker docker-stop
 
 $(STAMP): pyproject.toml examples/extension/setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,12 @@ demo: $(STAMP)
 ## The test suite (what CI runs after `make lint`): one pytest worker per core, up to 4 (pytest-xdist);
 ## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m "not heavy"
+
+## The heavy tests (CUDA reproducibility and threads, the published-bytes and quota runs, publishing through a
+## real index server): each makes several real builds. .ci/run runs them after `make test`.
+test-heavy: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m heavy
 
 ## The corpus (examples/corpus): real PyTorch extensions from PyPI, each built for CPU through the embedded
 ## farm, installed from its index into a fresh venv and its ops checked against plain torch; a table and

@@ -112,6 +112,7 @@ def _compile(compiler: Path, root: Path, launcher: bool, threads: str = "") -> b
     return (root / "k.o").read_bytes()
 
 
+@pytest.mark.heavy  # installs the CUDA 13.0 lock and compiles four times
 @pytest.mark.timeout(900)
 def test_the_locked_nvcc_compiles_an_anonymous_namespace_kernel_to_one_object_from_two_folders(
     locked_nvcc: Path, tmp_path: Path

@@ -75,6 +75,7 @@ def _build(tmp: Path, build_env: Path, cache_dir: Path, jobs: int) -> tuple[byte
     return wheel.read_bytes(), processes, peak, proc.stdout + proc.stderr
 
 
+@pytest.mark.heavy  # two real builds against torch
 def test_ninja_off_units_compile_at_once_and_the_wheel_is_the_serial_ones(
     tmp_path: Path, build_env: Path, cache_dir: Path
 ) -> None:

@@ -23,6 +23,8 @@ from wheelfoundry import provenance
 from wheelfoundry.index import publish_index
 from wheelfoundry_local import EmbeddedAws
 
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MARKER = "<!-- readme-publish: tests/local/test_publish_readme.py runs this block -->"

@@ -12,6 +12,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pytest
 from wheelfoundry_cli.index_server import serving
 
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, source, upload
@@ -19,6 +20,7 @@ from tests.workflow.test_merged import user_venv
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.failures import render, run_failures
 
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
 ROOT = Path(__file__).resolve().parents[2]
 PATHLOAD = ROOT / "tests" / "fixtures" / "pathload_ext"
 # The cell wheel finds its module by path, as a FileFinder over EXTENSION_SUFFIXES does: it imports in the
