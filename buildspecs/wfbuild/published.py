@@ -17,7 +17,6 @@ from the file, dependencies resolved as pip would, over that cell's torch, and i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import os
@@ -29,17 +28,9 @@ from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wfbuild import safety
+from wfbuild import safety, wheelfile
 
 WHEEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+!-]{0,200}\.whl")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _cp(wheel: str) -> str:
@@ -67,7 +58,7 @@ def fetch(s3: Any, url: str, work: Path) -> list[dict[str, Any]]:
         dest = work / "dist" / "wheels" / _project(name) / _cp(name) / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         s3.download_file(bucket, entry["key"], str(dest))
-        if _sha256(dest) != entry.get("sha256"):
+        if wheelfile.sha256_of(dest) != entry.get("sha256"):
             raise ValueError(f"{name}: its bytes are not the ones Merge staged (sha256 {entry.get('sha256')})")
         for cell in cells:
             folder = work / "published" / cell
