@@ -198,5 +198,5 @@ def test_status_shows_the_expected_wall_time_and_each_finished_job_against_its_e
               "error": None, "failures": [], "bucket": "b"}  # fmt: skip
     text = render_status(status)
     assert "elapsed 50m00s of an expected 36m00s wall (1.2 build-hours)" in text
-    assert "EST. TIME" in text and "30m00s" in text and "1.50x" in text
+    assert "EXPECTED" in text and "30m00s" in text and "1.50x" in text
     assert "1.50x" not in render_status({**status, "jobs": [{**job, "stage": "build"}]})

@@ -54,7 +54,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
     """Each merged wheel's estimated size, and a warning where it would exceed the publish target's limit."""
-    from wheelfoundry import wheel_sizes
+    from wheelfoundry_cli import wheel_sizes
 
     known = wheel_sizes.measured_cells(sorted(Path(sizes_from).glob("*.whl"))) if sizes_from else {}
     estimates = wheel_sizes.estimate(plan.jobs, known)

@@ -222,7 +222,7 @@ def render_status(status: dict[str, Any]) -> str:
             for j in jobs
         ]
         headers: tuple[str, ...] = (
-            *("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EST. TIME", "ACT/EST"),
+            *("JOB", "EXECUTOR", "STATE", "STAGE", "ELAPSED", "EXPECTED", "ACT/EST"),
             *("EST.", "ACTUAL", "DETAIL"),
         )
         if any(j.get("gpu_test") for j in jobs):

@@ -222,7 +222,7 @@ def plan_request(
     jobs = without_gpu_tests(jobs)
     images = plan_images(request, jobs, config)
     issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
-    issues += gpu_guardrail_issues(jobs, config)
+    issues += gpu_guardrail_issues((*jobs, *tests), config)  # an extension's GPU step runs on its test jobs
     if issues:
         raise GuardrailExceeded(issues)
     lanes = config.guardrails.max_concurrent_jobs

@@ -184,7 +184,9 @@ def test_library_smoke_uses_the_jobs_torch_wheel(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(repaired.with_name(repaired.name + ".smoke.json").read_text())
     checks = {c["check"]: c for c in result["checks"]}
-    assert result["passed"] and set(checks) == {"version", "import wf_example_ops", "entry point wf_example_ops"}
+    # torch first (as a user has it loaded), then the wheel's own module and entry point
+    expected = {"version", "import torch (first)", "import wf_example_ops", "entry point wf_example_ops"}
+    assert result["passed"] and set(checks) == expected
     assert all(c["ok"] for c in checks.values())
     assert "/smoke/" in checks["import wf_example_ops"]["detail"], "imported from the clean venv"
     assert "Successfully installed wf-example-ops-0.1.0" in proc.stdout, "only the wheel under test is installed"

@@ -91,11 +91,12 @@ def test_the_extension_is_built_on_codebuild_published_and_installable(
     assert result.succeeded, (result.error, result.cause)
     assert result.output["published"] == 1
     assert aws.instances(states=("pending", "running", "terminated")) == []  # no instance at all
-    (build,) = builds(aws)
+    build, test = builds(aws)  # the build job, then the test job of the published bytes (after Merge)
     # The runner's callback ends the task a moment before the build itself ends (as on CodeBuild).
     wait_for(lambda: build.status != "IN_PROGRESS", 60, "the build to end after its callback")
     assert build.status == "SUCCEEDED" and build.environment["computeType"].startswith("BUILD_GENERAL1_")
     assert build.service_role == stack.physical_id("CodeBuildExtensionRole")  # a user's setup.py: its own role
+    assert test.service_role == build.service_role  # the test job imports that code too: the same class
     # The build held a session of that role (never the emulator's keys), and the role as deployed allowed
     # everything it did in S3; the build's own job session did the rest (docs/security.md §2).
     session = f"{stack.physical_id('CodeBuildExtensionRole')}/AWSCodeBuild-{build.id.split(':', 1)[1]}"

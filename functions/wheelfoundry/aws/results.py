@@ -103,6 +103,13 @@ def job_contract(s3: Any, bucket: str, job: dict[str, Any], prefix: str) -> dict
         raise ManifestInvalid(f"{job['id']}: cannot read the job contract s3://{bucket}/{key}: {exc}") from exc
 
 
+def publish_metadata(s3: Any, bucket: str, source: str, dest: str) -> None:
+    """The wheel's METADATA beside it, with the sha256 the index needs for PEP 658's data-core-metadata."""
+    body = s3.get_object(Bucket=bucket, Key=source)["Body"].read()
+    digest = hashlib.sha256(body).hexdigest()
+    s3.put_object(Bucket=bucket, Key=dest, Body=body, ContentType="text/plain", Metadata={"sha256": digest})
+
+
 def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """A test job's wheels as Merge staged them (merge.json, outside the job's prefix); None for a build job.
 
@@ -182,7 +189,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
             (unchanged if existing.get("Metadata", {}).get("sha256") == sha else conflicts).append(filename)
             continue
         if metadata_key:
-            _copy(s3, bucket, metadata_key, f"{dest}.metadata")
+            publish_metadata(s3, bucket, metadata_key, f"{dest}.metadata")
         _copy(s3, bucket, source, dest, version, metadata)  # the wheel last: the index only lists wheels that exist
         published.append(filename)
     return {

@@ -175,6 +175,7 @@ def validate(
     check_source_location(request, settings)
     check_publish_target(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
+    bundle_key, pins = current_bundle(s3, settings.bucket)  # the first S3 read, once the request is valid
     source = getattr(request, "source", None)
     recorded_at = calibration_key(extension_cache_scope(source)) if source is not None else None
     record = read_record(s3, settings.bucket, recorded_at) if recorded_at else None
@@ -183,7 +184,6 @@ def validate(
     verdicts = quota_check([*plan.jobs, *plan.tests], config, service_quotas, settings)
     values = {v.need.quota.code: v.value for v in verdicts}
     run_id = event["name"]
-    bundle_key, pins = current_bundle(s3, settings.bucket)
     # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
     if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins)):
         raise RequestInvalid(issues)
