@@ -35,15 +35,6 @@ def _json(s3: Any, bucket: str, key: str) -> Any:
         return None
 
 
-def _sha256(s3: Any, bucket: str, key: str) -> str | None:
-    try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-    except ClientError:
-        return None
-    value = head.get("Metadata", {}).get("sha256")
-    return value if isinstance(value, str) else None
-
-
 def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str]], list[str]]:
     """([(cell, wheel key)], missing cell ids) of one job."""
     prefix = job["prefix"]
@@ -161,8 +152,16 @@ def _download(s3: Any, bucket: str, tmp: Path, cells: list[tuple[dict[str, Any],
     return local
 
 
-def _put(s3: Any, bucket: str, path: Path, key: str, sha256: str) -> None:
+def _stage(
+    s3: Any, bucket: str, test: dict[str, Any] | None, path: Path, sha256: str, out: dict[str, Any], **fields: Any
+) -> None:
+    """One wheel to publish, into the prefix of the test job that serves its cells, and into merge.json."""
+    if test is None:
+        raise MergeConflict(f"{path.name}: no test job serves its cells {fields.get('cells')}")
+    key = f"{test['prefix']}staged/{path.name}"
     s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": sha256}, "ContentType": "application/zip"})
+    entry = {"filename": path.name, "key": key, "sha256": sha256, "size": path.stat().st_size, "test_job": test["id"]}
+    out["wheels"].append({**entry, **fields})
 
 
 def _stage_cells(
@@ -174,14 +173,8 @@ def _stage_cells(
     out: dict[str, Any],
 ) -> None:
     for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
-        test, path = serving.get(cell["id"]), local[cell["id"]]
-        if test is None:
-            raise MergeConflict(f"cell {cell['id']} has no test job")
-        key = f"{test['prefix']}staged/{path.name}"
-        _put(s3, bucket, path, key, cell["sha256"])
-        entry = {"filename": path.name, "key": key, "sha256": cell["sha256"], "size": path.stat().st_size}
-        entry |= {"test_job": test["id"], "cells": [cell["id"]], "builds": [cell["build_id"]]}
-        out["wheels"].append({**entry, "variants": [variant_of(cell)]})
+        fields = {"cells": [cell["id"]], "builds": [cell["build_id"]], "variants": [variant_of(cell)]}
+        _stage(s3, bucket, serving.get(cell["id"]), local[cell["id"]], cell["sha256"], out, **fields)
 
 
 def _stage_merged(
@@ -200,22 +193,16 @@ def _stage_merged(
         members.sort(key=lambda c: (c["torch_version"], c.get("cuda") or ""))
         builds = [Build(c["build_id"], c["torch_version"], c.get("cuda"), local[c["id"]]) for c in members]
         merged = merge(builds, tmp / "merged" / f"{python}-{platform}")
-        test = serving.get(members[0]["id"])
-        if test is None:
-            raise MergeConflict(f"cells of Python {python} on {platform} have no test job")
-        key = f"{test['prefix']}staged/{merged.filename}"
-        _put(s3, bucket, merged.path, key, merged.sha256)
-        out["wheels"].append(
-            {
-                "filename": merged.filename,
-                "key": key,
-                "sha256": merged.sha256,
-                "size": merged.size,
-                "cells_size": merged.inputs_size,
-                "test_job": test["id"],
-                "cells": [c["id"] for c in members],
-                "builds": list(merged.builds),
-                "requires_torch": merged.requires_torch,
-                "variants": sorted({variant_of(c) for c in members}),
-            }
+        _stage(
+            s3,
+            bucket,
+            serving.get(members[0]["id"]),
+            merged.path,
+            merged.sha256,
+            out,
+            cells_size=merged.inputs_size,
+            cells=[c["id"] for c in members],
+            builds=list(merged.builds),
+            requires_torch=merged.requires_torch,
+            variants=sorted({variant_of(c) for c in members}),
         )
