@@ -30,9 +30,7 @@ def test_job_id(name: str, python: str, platform: str) -> str:
 
 
 def _estimate(cells: int, job: Job, config: FarmConfig) -> Estimate:
-    hours = config.estimates.get("published_test_setup", 0.05) + cells * config.estimates.get(
-        "published_test_per_cell", 0.03
-    )
+    hours = config.estimates["published_test_setup"] + cells * config.estimates["published_test_per_cell"]
     return Estimate(round(hours, 2), round(hours * ec2_usd_per_hour(job.instance, config), 2))
 
 
