@@ -30,8 +30,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m "not heavy"
 
-## The heavy tests (CUDA reproducibility and threads, the published-bytes and quota runs, publishing through a
-## real index server): each makes several real builds. .ci/run runs them after `make test`.
+## The heavy tests (every CUDA build: merged wheels, the GPU step, reproducibility, nvcc threads; the
+## published-bytes, quota and two-folder reproducible runs; the Docker builds, which need `make docker`;
+## publishing through a real index server): each makes several real builds. .ci/run runs them after `make test`.
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m heavy
 

@@ -5,9 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
 import pytest
+from moto import mock_aws
 
-from tools.corpus_steps import CORPUS_DIR, TORCH, CorpusError, first_error, layout_of, load_corpus
+from tools.corpus_steps import (
+    CORPUS_DIR,
+    TORCH,
+    CorpusError,
+    first_error,
+    layout_of,
+    load_corpus,
+    restore_compiler_cache,
+    save_compiler_cache,
+)
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -74,3 +85,23 @@ def test_the_layout_is_the_runs_own_word_else_marked_as_the_requests() -> None:
     assert layout_of({}, {"layout": {"chosen": "merged", "reason": "served"}}, "auto") == ("merged", "served")
     chosen, why = layout_of({}, {}, "merged")
     assert chosen == "merged?" and "reports no layout" in why
+
+
+@mock_aws
+def test_the_compiler_cache_outlives_the_emulated_stack_for_the_next_run(tmp_path: Path) -> None:
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="first")
+    s3.put_object(Bucket="first", Key="sccache/ext-abc-cpu-x86_64/a/b/abcdef", Body=b"object code")
+    s3.put_object(Bucket="first", Key="sccache/../escape", Body=b"never written outside")
+    s3.put_object(Bucket="first", Key="wheels/x.whl", Body=b"not the cache")
+    folder = tmp_path / "corpus-sccache"
+    assert save_compiler_cache(s3, "first", folder) == 1
+    assert save_compiler_cache(s3, "first", folder) == 0  # already there: nothing copied twice
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "corpus-sccache/ext-abc-cpu-x86_64/a/b/abcdef"
+    ]
+    s3.create_bucket(Bucket="second")  # the next run's fresh stack
+    assert restore_compiler_cache(s3, "second", folder) == 1
+    body = s3.get_object(Bucket="second", Key="sccache/ext-abc-cpu-x86_64/a/b/abcdef")["Body"].read()
+    assert body == b"object code"
+    assert restore_compiler_cache(s3, "second", tmp_path / "none") == 0

@@ -38,6 +38,8 @@ from tools.corpus_steps import (
     build_facts,
     install_and_check,
     load_corpus,
+    restore_compiler_cache,
+    save_compiler_cache,
     user_venv,
 )
 
@@ -154,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+        s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+        restored = restore_compiler_cache(s3, bucket, cache / "corpus-sccache")
+        print(f"compiler cache: {restored} object(s) restored from {cache / 'corpus-sccache'}")
         for package in chosen:
             outcomes.append(run_package(aws, stack, package, cache, state_dir, args.timeout))
+        print(f"compiler cache: {save_compiler_cache(s3, bucket, cache / 'corpus-sccache')} new object(s) saved")
         left = aws.instances()
     lines = table(outcomes)
     print("\n" + "\n".join(lines))

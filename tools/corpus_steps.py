@@ -221,3 +221,35 @@ def first_error(text: str) -> str:
         if hits:
             return hits[-1] if pattern.startswith(r"^\w") else hits[0]
     return lines[-1] if lines else "exit status non-zero, no output"
+
+
+SCCACHE_PREFIX = "sccache/"  # where every job's compiler cache lives in the stack's bucket (wheelfoundry.buildenv)
+
+
+def restore_compiler_cache(s3: Any, bucket: str, folder: Path) -> int:
+    """The compiler cache an earlier corpus run on this machine saved, put back into this run's new stack:
+    each run deploys a fresh emulated bucket, and the cache is what makes a second CI run's compiles hits."""
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
+    for path in files:
+        key = SCCACHE_PREFIX + path.relative_to(folder).as_posix()
+        s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="aws:kms")
+    return len(files)
+
+
+def save_compiler_cache(s3: Any, bucket: str, folder: Path) -> int:
+    """This run's compiler cache objects (new ones only) into ``folder``, for the next run on this machine."""
+    saved = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=SCCACHE_PREFIX):
+        for entry in page.get("Contents", []):
+            relative = entry["Key"][len(SCCACHE_PREFIX) :]
+            if not relative or any(part in ("", ".", "..") for part in relative.split("/")):
+                continue  # never a path outside the folder, whatever a key says
+            dest = folder / relative
+            if dest.is_file() and dest.stat().st_size == entry["Size"]:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            partial = dest.with_name(dest.name + ".partial")
+            partial.write_bytes(s3.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read())
+            partial.replace(dest)
+            saved += 1
+    return saved

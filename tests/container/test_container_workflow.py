@@ -15,9 +15,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.workflow.conftest import extension_request, run, s3_json, s3_keys, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
+pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/run, after `make docker`)
 TINY_SETUP = (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
 # Runs inside the build stage (pip wheel runs setup.py); TARGETS holds host paths the test prepared.
 HOSTILE = r"""

@@ -14,12 +14,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.workflow.conftest import extension_request, launched_by, s3_json, s3_keys, source, upload, wait_for
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.logs import show_log
 from wheelfoundry_user.status import render_status, run_status
 
+pytestmark = pytest.mark.heavy  # real CUDA builds: `make test-heavy` (.ci/run), not `make test`
 FAILING = """
 import json
 print("WF-GPU " + json.dumps({"begin": "package tests"}))
