@@ -169,6 +169,26 @@ def test_extension_request_and_its_mistakes() -> None:
     assert "source" in paths and "cuda[0]" in paths
 
 
+def test_an_extensions_own_tests_are_typed_and_a_bad_requirement_is_named() -> None:
+    good = {
+        "framework": "extension",
+        "name": "my_ext",
+        "source": {"git": "https://github.com/me/my-ext.git"},
+        "torch": ["2.13"],
+        "test": {"requires": ["pytest", "scipy>=1.10"], "command": ["-m", "pytest", "{project}/test"]},
+    }
+    request = parse_request(good)
+    assert isinstance(request, ExtensionRequest) and request.test is not None
+    assert request.test.command == ("-m", "pytest", "{project}/test") and request.test.requires[1] == "scipy>=1.10"
+    assert parse_request({**good, "test": {"command": ["{project}/run_tests.py"]}}).test.requires == ()  # type: ignore[union-attr]
+    bad = {**good, "test": {"requires": ["--extra-index-url=https://evil.example"], "command": ["-m", "pytest"]}}
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request(bad)
+    assert "test.requires[0]" in str(caught.value) and "--extra-index-url" in str(caught.value)
+    with pytest.raises(RequestInvalid, match=r"test\.command"):
+        parse_request({**good, "test": {"command": []}})
+
+
 def test_guardrails_stop_oversized_requests_before_launch() -> None:
     from wheelfoundry.catalog import load_catalog
     from wheelfoundry.config import load_config

@@ -24,6 +24,13 @@ SUBDIR = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 DATE = re.compile(r"^[0-9]{8}$")
 CELL = re.compile(r"^torch[0-9][0-9a-z.+]*-cp[0-9]{2,3}-[a-z0-9.]+-(x86_64|aarch64)$")  # an extension cell id
 LABEL = re.compile(r"^[a-z0-9]+(\.[a-z0-9]+)*$")  # a PEP 440 local version label
+# The package's own tests (request "test"): python's arguments (argv, never a shell) and pip requirements
+# (names and versions only: no URL, path, marker or pip option reaches pip).
+TEST_ARG = re.compile(r"^[A-Za-z0-9_{}./:=,@+-][A-Za-z0-9_{}./:=,@+ -]{0,299}$")
+REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?"
+    r"((==|!=|<=|>=|~=|<|>)[0-9][A-Za-z0-9.*+!]*)?(,(==|!=|<=|>=|~=|<|>)[0-9][A-Za-z0-9.*+!]*)*$"
+)
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Environment variable names and values that go into an env file or a process environment.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -7,7 +7,8 @@ Checks: the installed version is the wheel's; every top-level module imports *fr
 torch: a matmul, plus ``is_mpi_available()`` (--mpi), ``mkldnn.is_available()`` (--mkldnn) and, for
 CUDA builds, ``torch.version.cuda`` with ``CUDA_VISIBLE_DEVICES=""`` (a CUDA wheel must import on
 a machine without a GPU); torchvision: ``ops.nms``; torchaudio: ``functional.resample``; any wheel:
-its ``wheelfoundry_smoke`` entry points and ``--module`` (run as ``python -m``).
+its ``wheelfoundry_smoke`` entry points and ``--module`` (run as ``python -m``); then, with ``--test-arg``,
+the package's own tests (wfbuild.package_tests).
 
 Speed: the clean venv (``venv --without-pip``) gets only the wheel under test. What it needs
 besides comes from a cached *base env* through a ``.pth`` file (see wfbuild.envs): for torch,
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from wfbuild import envs, wheelfile
+from wfbuild import envs, package_tests, wheelfile
 
 PROBE = Path(__file__).with_name("smoke_probe.py")
 GROUP = "wheelfoundry_smoke"
@@ -58,6 +59,7 @@ class Config:
     mkldnn: bool = False
     cuda_built: bool = False
     run_modules: tuple[str, ...] = ()
+    tests: package_tests.PackageTests | None = None  # the package's own (request "test")
 
 
 def spec_for(wheel: Path, cfg: Config) -> dict[str, object]:
@@ -174,7 +176,14 @@ def _smoke_in(venv: Path, wheel: Path, cfg: Config, python: str, base: Path | No
         subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
         envs.link_base(venv, base)
     _install(venv, wheel, base, wheelfile.info(wheel).project)
-    return _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built)
+    results = _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built)
+    if cfg.tests is not None:
+        passed, detail = package_tests.run(venv, cfg.tests, package_tests.environment(venv, cfg.cuda_built))
+        print(f"  {'ok  ' if passed else 'FAIL'} package tests: {detail}", flush=True)
+        if not passed:
+            raise SmokeFailure(wheel.name, "package tests", detail)
+        results.append({"check": "package tests", "ok": True, "detail": detail})
+    return results
 
 
 def smoke_wheel(wheel: Path, cfg: Config) -> dict[str, object]:
@@ -196,6 +205,14 @@ def smoke_wheel(wheel: Path, cfg: Config) -> dict[str, object]:
     return {"wheel": wheel.name, "passed": True, "python": cfg.python, "checks": results}
 
 
+def _tests(args: argparse.Namespace) -> package_tests.PackageTests | None:
+    if not args.test_arg:
+        return None
+    project = (args.project or Path.cwd()).resolve()
+    package = (args.package or project).resolve()
+    return package_tests.PackageTests(tuple(args.test_arg), tuple(args.test_require), project, package)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m wfbuild.smoke", description="Smoke-test wheels (see module doc).")
     parser.add_argument("wheels", nargs="*", type=Path)
@@ -209,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mkldnn", action="store_true")
     parser.add_argument("--cuda-built", action="store_true")
     parser.add_argument("--module", action="append", default=[], help="also run python -m MODULE")
+    parser.add_argument("--test-arg", action="append", default=[], help="the package's tests: python's arguments")
+    parser.add_argument("--test-require", action="append", default=[], help="what pip installs for them")
+    parser.add_argument("--project", type=Path, help="{project} in --test-arg: the source's root")
+    parser.add_argument("--package", type=Path, help="{package} in --test-arg: the folder of its setup.py")
     args = parser.parse_args(argv)
     wheels = list(args.wheels) + (sorted(args.wheel_dir.glob("*.whl")) if args.wheel_dir else [])
     if not wheels:
@@ -225,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         args.mkldnn,
         args.cuda_built,
         tuple(args.module),
+        _tests(args),
     )
     for wheel in wheels:
         result_path = wheel.with_name(wheel.name + ".smoke.json")

@@ -13,6 +13,7 @@ and smoke-tested wheels, ``meta/`` commits, job.json and stage results, ``manife
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,8 +243,8 @@ def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     return stages
 
 
-def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
-    ext = job["extension"]
+def _source(p: _Paths, ext: dict[str, Any]) -> tuple[Stage, str]:
+    """The extension's source stage and the folder its setup.py is in (the subdirectory, if any)."""
     name = safety.check(safety.NAME, ext["name"], "extension.name")
     if ext.get("source_s3"):
         url = safety.check(safety.S3_URL, ext["source_s3"], "extension.source_s3")
@@ -253,6 +254,24 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     src = p.src(name)
     if ext.get("subdirectory"):
         src += "/" + safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
+    return source, src
+
+
+def _package_tests(p: _Paths, ext: dict[str, Any], src: str) -> list[str]:
+    """wfbuild.smoke's arguments for the request's "test" (the package's own tests), checked one by one."""
+    if not ext.get("test_command"):
+        return []
+    args = ["--project", p.src(ext["name"]), "--package", src]
+    args += [
+        f"--test-require={safety.check(safety.REQUIREMENT, r, 'test.requires')}" for r in ext.get("test_requires") or ()
+    ]
+    return args + [f"--test-arg={safety.check(safety.TEST_ARG, a, 'test.command')}" for a in ext["test_command"]]
+
+
+def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+    ext = job["extension"]
+    name = safety.check(safety.NAME, ext["name"], "extension.name")
+    source, src = _source(p, ext)
     index = []
     if ext.get("torch_index_url"):
         index = ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "extension.torch_index_url")]
@@ -282,7 +301,16 @@ def _published(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     ext, run = job["extension"], job.get("run") or {}
     url = safety.check(safety.S3_PREFIX, f"s3://{run.get('bucket')}/{run.get('prefix')}", "run.prefix")
     fetch = Stage("fetch-staged", _tool("published", "fetch", "--s3", url, "--work-dir", p.work), {}, host=True)
-    stages = [fetch]
+    stages: list[Stage] = [fetch]
+    tests: list[str] = []
+    after: tuple[str, ...] = ()
+    if ext.get("test_command"):  # the package's own tests live in its source, not in the wheel
+        source, src = _source(p, ext)
+        stages, tests, after = (
+            [fetch, dataclasses.replace(source, needs=(fetch.name,))],
+            _package_tests(p, ext, src),
+            (source.name,),
+        )
     for cell in ext["cells"]:
         python, cid = cell["python"], safety.check(safety.CELL, cell["id"], "extension.cells.id")
         torch = f"torch=={cell_key(cell).removeprefix('torch')}"
@@ -312,12 +340,12 @@ def _published(p: _Paths, job: dict[str, Any]) -> list[Stage]:
             smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
         test = Stage(
             f"test-{cid}",
-            _tool(*in_cell, "smoke", "--", *smoke),
+            _tool(*in_cell, "smoke", "--", *smoke, *tests),
             {},
             ext["name"],
             python,
             False,
-            needs=(env.name,),
+            needs=(env.name, *after),
             group=cid,
         )
         stages += [env, test]

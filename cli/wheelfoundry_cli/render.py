@@ -106,11 +106,18 @@ def render_tests(plan: Plan) -> list[str]:
         return []
     layout = getattr(plan.request, "layout", "auto")
     cells = sum(len(t.extension.cells) for t in plan.tests if t.extension)
+    test = getattr(plan.request, "test", None)
+    own = (
+        f"; then the package's own tests in each: python {' '.join(test.command)}"
+        + (f" (after pip install {' '.join(test.requires)})" if test.requires else "")
+        if test
+        else '; no package tests named (request "test")'
+    )
     return [
         "\n" + table(HEADERS, [_cells(job) for job in plan.tests]),
         f"\nlayout {layout}: {LAYOUTS.get(layout, layout)}",
         f"published bytes tested: {len(plan.tests)} test job(s), {cells} cell environment(s) (pip install of the "
-        "exact wheel, import, smoke entry points); only what passes is published and signed",
+        f"exact wheel, import, smoke entry points{own}); only what passes is published and signed",
     ]
 
 

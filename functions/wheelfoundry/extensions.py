@@ -200,6 +200,8 @@ def _job(
         label_wheels=request.layout != "per-cell" or request.local_version,
         parallel_cells=slots.cells,
         nvcc_threads=slots.threads,
+        test_command=request.test.command if request.test else (),
+        test_requires=request.test.requires if request.test else (),
     )
     pythons = tuple(dict.fromkeys(c.python for c in cells))
     # The extension's own version (plan shows it), not torch's: the cells name the torch releases.

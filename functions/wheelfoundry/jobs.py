@@ -118,6 +118,9 @@ class ExtensionSpec:
     label_wheels: bool = True  # per-cell layout without local versions: public versions only
     parallel_cells: int = 1  # the planner's expectation for the instance; the runner re-checks on the host
     nvcc_threads: int = 1  # likewise: nvcc --threads of each CUDA cell (wfbuild.parallelism)
+    # The package's own tests (request "test"), run by the test jobs against the published wheel.
+    test_command: tuple[str, ...] = ()
+    test_requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

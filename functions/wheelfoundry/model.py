@@ -104,6 +104,14 @@ class ExtensionSource:
 
 
 @dataclass(frozen=True)
+class ExtensionTest:
+    """The package's own tests, run against the published wheel in every cell (cibuildwheel's test-command)."""
+
+    command: tuple[str, ...]  # python's arguments; {project}: the source's root, {package}: its subdirectory
+    requires: tuple[str, ...] = ()  # PEP 508 requirements pip installs first (pytest, scipy, ...)
+
+
+@dataclass(frozen=True)
 class ExtensionRequest:
     """``framework: extension``: a user's torch C++/CUDA extension across torch x CUDA x Python."""
 
@@ -122,6 +130,7 @@ class ExtensionRequest:
     channel: str
     framework: Literal["extension"] = "extension"
     image: RuntimeImage | None = None
+    test: ExtensionTest | None = None
 
 
 Request = BuildRequest | ExtensionRequest

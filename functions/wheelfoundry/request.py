@@ -27,6 +27,7 @@ from wheelfoundry.model import (
     BuildRequest,
     ExtensionRequest,
     ExtensionSource,
+    ExtensionTest,
     GpuTestOption,
     Options,
     PackageSpec,
@@ -261,6 +262,12 @@ def _run_python(data: Mapping[str, Any], catalog: Catalog) -> tuple[str, ...]:
         return ()
 
 
+def _test(value: Mapping[str, Any] | None) -> ExtensionTest | None:
+    if not value:
+        return None
+    return ExtensionTest(command=tuple(value["command"]), requires=tuple(value.get("requires") or ()))
+
+
 def _gpu_test(value: Any, spot: bool, config: FarmConfig) -> GpuTestOption | None:
     if value is False:
         return None
@@ -317,6 +324,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Req
             options=_options(data["options"], config),
             channel=data.get("channel") or "extensions",
             image=images.parse(data.get("image")),
+            test=_test(data.get("test")),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(

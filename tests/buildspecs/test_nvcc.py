@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.buildspecs.jobs import ROOT, TODAY
-from wfbuild import nvcc, toolkit
+from wfbuild import cuda_home, nvcc, toolkit
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -83,6 +83,48 @@ def test_the_launcher_passes_the_flags_and_zeroes_the_pid_of_nvccs_intermediates
     # a failed compile: its exit status, and nothing rewritten
     assert subprocess.run(argv, cwd=tmp_path, env={**env, "CODE": "3"}, check=False).returncode == 3
     assert b"tmpxft_00003a7f_" in (tmp_path / "k.o").read_bytes()
+
+
+def _toolkit(root: Path) -> Path:
+    """A stand-in toolkit: bin/nvcc records its arguments, include/ and lib64/ hold a file each."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "cuda.h").write_text("/* cuda */\n")
+    (root / "lib64").mkdir()
+    fake = root / "bin" / "nvcc"
+    fake.write_text('#!/bin/sh\nprintf \'%s\\n\' "$@" > "$ARGS"\n')
+    fake.chmod(0o755)
+    (root / "bin" / "ptxas").write_text("#!/bin/sh\n")
+    return root
+
+
+def test_a_build_that_runs_cuda_homes_nvcc_itself_gets_the_launcher_too(tmp_path: Path) -> None:
+    """BuildExtension without ninja runs os.path.join(CUDA_HOME, "bin", "nvcc"): the shim's nvcc is the launcher."""
+    real = _toolkit(tmp_path / "cuda-13.0")
+    homes = tmp_path / "cache" / "cuda-homes"
+    home = cuda_home.make(real, sys.executable, str(real / "bin" / "nvcc"), homes)
+    assert cuda_home.make(real, sys.executable, str(real / "bin" / "nvcc"), homes) == home  # made once, then reused
+    assert home.parent == homes and (home / "include" / "cuda.h").read_text() == "/* cuda */\n"
+    assert (home / "lib64").resolve() == real / "lib64" and (home / "bin" / "ptxas").resolve() == real / "bin" / "ptxas"
+    for folder in ("one", "elsewhere/two"):  # two job folders: one shim, the same flags
+        src = tmp_path / folder / "src"
+        (src / "csrc").mkdir(parents=True)
+        (src / "csrc" / "k.cu").write_text(KERNEL)
+        env = {"PATH": "/usr/bin:/bin", "ARGS": str(tmp_path / "args"), "WF_SRC_DIR": str(src)}
+        argv = [str(home / "bin" / "nvcc"), "-c", str(src / "csrc" / "k.cu"), "-o", str(src / "k.o")]
+        assert subprocess.run(argv, env=env, check=False).returncode == 0
+        passed = (tmp_path / "args").read_text().split("\n")
+        assert passed[:2] == ["-c", str(src / "csrc" / "k.cu")]
+        assert "--orig_src_path_name=csrc/k.cu" in passed and any(a.startswith("-frandom-seed=") for a in passed)
+    version = [str(home / "bin" / "nvcc"), "--version"]
+    assert subprocess.run(version, env=env, check=False).returncode == 0
+    assert (tmp_path / "args").read_text().split("\n")[:1] == ["--version"]  # anything else passes through
+    # sccache's command in front of nvcc is another shim: the compiler cache key never mixes the two
+    other = cuda_home.make(real, sys.executable, f"/opt/sccache {real}/bin/nvcc", homes)
+    assert other != home and f"exec {sys.executable}" in (other / "bin" / "nvcc").read_text()
+    assert "/opt/sccache" in (other / "bin" / "nvcc").read_text()
+    with pytest.raises(FileNotFoundError, match="not a CUDA toolkit"):
+        cuda_home.make(tmp_path / "cache", sys.executable, "nvcc", homes)
 
 
 @pytest.fixture(scope="module")

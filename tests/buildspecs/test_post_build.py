@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -203,3 +204,42 @@ def test_smoke_fails_on_a_real_torch_wheel_without_mpi(cache_dir: Path, tmp_path
     proc = run([*argv, str(wheel)], tool_env(cache_dir))
     assert proc.returncode == 1
     assert f"SMOKE FAILED: {torch.name}: check 'torch-mpi': AssertionError" in proc.stderr
+
+
+CHECK_OPS = """import torch, wf_example_ops
+assert "site-packages" in wf_example_ops.__file__, wf_example_ops.__file__
+got = wf_example_ops.scaled_add(torch.ones(3), torch.ones(3), {alpha})
+assert torch.equal(got, torch.full((3,), 3.0)), f"scaled_add gave {{got.tolist()}}"
+print("1 check passed")
+"""
+
+
+@pytest.mark.parametrize(
+    ("alpha", "expected"), [("2.0", None), ("5.0", "AssertionError: scaled_add gave [6.0, 6.0, 6.0]")]
+)
+def test_the_packages_own_tests_run_against_the_installed_wheel_never_its_source(
+    library: dict[str, Any], repaired: Path, build_env: Path, tmp_path: Path, alpha: str, expected: str | None
+) -> None:
+    wheel = Path(shutil.copy(repaired, tmp_path))  # its .smoke.json is this test's own
+    project = tmp_path / "project"
+    (project / "wf_example_ops").mkdir(parents=True)  # a source tree the tests must never import from
+    (project / "wf_example_ops" / "__init__.py").write_text('raise ImportError("the source tree, not the wheel")\n')
+    (project / "tests").mkdir()
+    (project / "tests" / "check_ops.py").write_text(CHECK_OPS.format(alpha=alpha))
+    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--base-env", str(build_env)]
+    argv += [
+        "--work-dir",
+        str(tmp_path / "smoke"),
+        "--project",
+        str(project),
+        "--test-arg={project}/tests/check_ops.py",
+    ]
+    proc = run([*argv, str(wheel)], tool_env(library["cache"]))
+    result = json.loads(wheel.with_name(wheel.name + ".smoke.json").read_text())
+    if expected is None:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert {"check": "package tests", "ok": True, "detail": "1 check passed"} in result["checks"]
+        return
+    assert proc.returncode == 1
+    assert f"SMOKE FAILED: {wheel.name}: check 'package tests': {expected}" in proc.stderr, proc.stderr[-3000:]
+    assert result["check"] == "package tests" and result["error"] == expected

