@@ -81,7 +81,8 @@ def run(venv: Path, tests: PackageTests, env: dict[str, str]) -> tuple[bool, str
         print(f"  | {line}")
     if proc.returncode != 0:
         return False, cause(output, proc.returncode)
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    # The summary (pytest's "12 passed in 3.1s") is stdout's last line; stderr carries warnings.
+    lines = [ln.strip() for ln in (proc.stdout.splitlines() or proc.stderr.splitlines()) if ln.strip()]
     return True, (lines[-1][:300] if lines else "exit status 0")
 
 
