@@ -33,6 +33,7 @@ from wfbuild.cache_stats import describe, summary
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 VERSION = "0.16.0"
 MAP = "-ffile-prefix-map="
+SHORT_TMPDIR = 60  # longer: the server starts with a TMPDIR of its own under /tmp
 
 
 def wanted(env: Mapping[str, str], bucket: str) -> bool:
@@ -76,6 +77,7 @@ class CompilerCache:
         self.env: dict[str, str] = {}
         self.running = False
         self.problem = "not started"
+        self.short_tmp: str | None = None
 
     def server_env(self, stage_env: Mapping[str, str]) -> dict[str, str]:
         env = {
@@ -98,15 +100,25 @@ class CompilerCache:
         """Start the job's server with the job session's environment; False: compile without a cache."""
         self.env = self.server_env(stage_env)
         self.folder.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [self.binary, "--start-server"], env={**stage_env, **self.env}, capture_output=True, text=True, timeout=120
-        )
+        env = {**stage_env, **self.env}
+        if len(env.get("TMPDIR") or tempfile.gettempdir()) > SHORT_TMPDIR:
+            # sccache binds its start-up socket in TMPDIR, and a socket path holds 107 bytes at most: a
+            # deep job folder's TMPDIR ("path must be shorter than SUN_LEN") would leave the job uncached.
+            self.short_tmp = tempfile.mkdtemp(prefix="wf-sccache-", dir="/tmp")
+            env["TMPDIR"] = self.short_tmp
+        proc = subprocess.run([self.binary, "--start-server"], env=env, capture_output=True, text=True, timeout=120)
         self.running = proc.returncode == 0
         where = f"s3://{stage_env.get('SCCACHE_BUCKET')}/{stage_env.get('SCCACHE_S3_KEY_PREFIX', '')}"
         if self.running:
             self.note(f"compiler cache: sccache {VERSION} on {where}")
         else:
             first = next((line for line in (proc.stderr or proc.stdout).splitlines() if "error" in line), "")
+            try:  # the server's own reason ("failed to start server process" says nothing of it)
+                lines = (self.folder / "server.log").read_text(errors="replace").strip().splitlines()
+            except OSError:
+                lines = []
+            if lines:
+                first = f"{first.strip()}: {lines[-1].strip()}"
             self.problem = f"{where}: {first.strip()[:300]}"
             self.note(f"warning: compiler cache {where} unavailable ({first.strip()[:300]}): compiling without it")
         return self.running
@@ -188,6 +200,8 @@ class CompilerCache:
         )
         subprocess.run([self.binary, "--stop-server"], env=full, capture_output=True, timeout=60)
         self.running = False
+        if self.short_tmp:
+            shutil.rmtree(self.short_tmp, ignore_errors=True)
         try:
             return summary(json.loads(proc.stdout))
         except ValueError:

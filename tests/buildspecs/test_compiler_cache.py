@@ -92,6 +92,22 @@ def test_a_second_compile_of_the_same_source_is_a_hit_and_the_stats_say_so(
     )
 
 
+def test_a_job_folder_too_deep_for_a_socket_path_still_gets_its_cache(
+    sccache: str, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """CodeBuild's TMPDIR sits in the build's source folder: sccache's start-up socket must not go there."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "tmp"
+    deep.mkdir(parents=True)
+    notes: list[str] = []
+    cache = compiler_cache.CompilerCache(sccache, tmp_path / "job", notes.append)
+    env = {**_env(s3_endpoint, "sccache/ext-deep-cpu-x86_64/"), "TMPDIR": str(deep)}
+    assert cache.start(env), notes
+    assert cache.short_tmp is not None and len(cache.short_tmp) < compiler_cache.SHORT_TMPDIR
+    stats = cache.stop(env)
+    assert stats["status"] == "used", stats
+    assert not Path(cache.short_tmp).exists()
+
+
 def test_cmake_builds_get_the_launchers_as_the_binary_itself(sccache: str, s3_endpoint: str, tmp_path: Path) -> None:
     cache = compiler_cache.CompilerCache(sccache, tmp_path, lambda _: None)
     env = _env(s3_endpoint, "sccache/cpu-x86_64/")
