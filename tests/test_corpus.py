@@ -91,17 +91,17 @@ def test_the_layout_is_the_runs_own_word_else_marked_as_the_requests() -> None:
 def test_the_compiler_cache_outlives_the_emulated_stack_for_the_next_run(tmp_path: Path) -> None:
     s3 = boto3.client("s3", region_name="us-east-1")
     s3.create_bucket(Bucket="first")
-    s3.put_object(Bucket="first", Key="sccache/ext-abc-cpu-x86_64/a/b/abcdef", Body=b"object code")
-    s3.put_object(Bucket="first", Key="sccache/../escape", Body=b"never written outside")
-    s3.put_object(Bucket="first", Key="wheels/x.whl", Body=b"not the cache")
-    folder = tmp_path / "corpus-sccache"
-    assert save_compiler_cache(s3, "first", folder) == 1
-    assert save_compiler_cache(s3, "first", folder) == 0  # already there: nothing copied twice
+    s3.put_object(Bucket="first", Key="sccache/ext-aaa-cpu-x86_64/a/b/abcdef", Body=b"object code")
+    s3.put_object(Bucket="first", Key="sccache/ext-aaa-cpu-x86_64/../../escape", Body=b"never written outside")
+    s3.put_object(Bucket="first", Key="sccache/ext-other-cpu-x86_64/a/b/c", Body=b"another package's")
+    folder = tmp_path / "corpus-sccache" / "torchsort"
+    assert save_compiler_cache(s3, "first", "sccache/ext-aaa-", folder) == 1
+    assert save_compiler_cache(s3, "first", "sccache/ext-aaa-", folder) == 0  # already there: nothing copied twice
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
-        "corpus-sccache/ext-abc-cpu-x86_64/a/b/abcdef"
+        "corpus-sccache/torchsort/cpu-x86_64/a/b/abcdef"
     ]
-    s3.create_bucket(Bucket="second")  # the next run's fresh stack
-    assert restore_compiler_cache(s3, "second", folder) == 1
-    body = s3.get_object(Bucket="second", Key="sccache/ext-abc-cpu-x86_64/a/b/abcdef")["Body"].read()
+    s3.create_bucket(Bucket="second")  # the next run's fresh stack, where the source's scope is another
+    assert restore_compiler_cache(s3, "second", "sccache/ext-bbb-", folder) == 1
+    body = s3.get_object(Bucket="second", Key="sccache/ext-bbb-cpu-x86_64/a/b/abcdef")["Body"].read()
     assert body == b"object code"
-    assert restore_compiler_cache(s3, "second", tmp_path / "none") == 0
+    assert restore_compiler_cache(s3, "second", "sccache/ext-bbb-", tmp_path / "none") == 0

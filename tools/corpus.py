@@ -42,6 +42,8 @@ from tools.corpus_steps import (
     save_compiler_cache,
     user_venv,
 )
+from wheelfoundry.buildenv import extension_cache_scope
+from wheelfoundry.model import ExtensionSource
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "examples" / "corpus" / "corpus.toml"
@@ -81,8 +83,13 @@ def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: 
     request = json.loads(package.request("cpu").read_text())
     request["source"] = {"s3": upload_source(aws, stack, sdist, package.name)}
     say(f"\n== {package.name} {package.version}: wheelfoundry local run {package.request('cpu').name} --source {sdist}")
-    result = run_request(aws, stack, request, say, Progress(), timeout)
     s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+    # The package's compiler cache outlives the emulated stack: kept in the cache folder between runs.
+    prefix = f"sccache/ext-{extension_cache_scope(ExtensionSource(s3=request['source']['s3']))}-"
+    kept = cache / "corpus-sccache" / package.name
+    say(f"compiler cache: {restore_compiler_cache(s3, bucket, prefix, kept)} object(s) restored from {kept}")
+    result = run_request(aws, stack, request, say, Progress(), timeout)
+    say(f"compiler cache: {save_compiler_cache(s3, bucket, prefix, kept)} new object(s) saved to {kept}")
     outcome.run_id = result.arn.rsplit(":", 1)[1]
     build_facts(s3, bucket, outcome, request)
     if not result.succeeded:
@@ -156,12 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
-        s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
-        restored = restore_compiler_cache(s3, bucket, cache / "corpus-sccache")
-        print(f"compiler cache: {restored} object(s) restored from {cache / 'corpus-sccache'}")
         for package in chosen:
             outcomes.append(run_package(aws, stack, package, cache, state_dir, args.timeout))
-        print(f"compiler cache: {save_compiler_cache(s3, bucket, cache / 'corpus-sccache')} new object(s) saved")
         left = aws.instances()
     lines = table(outcomes)
     print("\n" + "\n".join(lines))

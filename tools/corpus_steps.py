@@ -223,25 +223,23 @@ def first_error(text: str) -> str:
     return lines[-1] if lines else "exit status non-zero, no output"
 
 
-SCCACHE_PREFIX = "sccache/"  # where every job's compiler cache lives in the stack's bucket (wheelfoundry.buildenv)
-
-
-def restore_compiler_cache(s3: Any, bucket: str, folder: Path) -> int:
-    """The compiler cache an earlier corpus run on this machine saved, put back into this run's new stack:
-    each run deploys a fresh emulated bucket, and the cache is what makes a second CI run's compiles hits."""
-    files = [p for p in sorted(folder.rglob("*")) if p.is_file()] if folder.is_dir() else []
-    for path in files:
-        key = SCCACHE_PREFIX + path.relative_to(folder).as_posix()
+def restore_compiler_cache(s3: Any, bucket: str, prefix: str, folder: Path) -> int:
+    """The compiler cache an earlier corpus run on this machine saved for a package, put back under this
+    run's ``prefix`` (``sccache/ext-<scope>-``: each run deploys a fresh emulated stack, whose bucket name,
+    and so the source's cache scope, is new); what makes a second CI run's compiles hits."""
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith(".partial")]
+    for path in files if folder.is_dir() else []:
+        key = prefix + path.relative_to(folder).as_posix()
         s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="aws:kms")
-    return len(files)
+    return len(files) if folder.is_dir() else 0
 
 
-def save_compiler_cache(s3: Any, bucket: str, folder: Path) -> int:
-    """This run's compiler cache objects (new ones only) into ``folder``, for the next run on this machine."""
+def save_compiler_cache(s3: Any, bucket: str, prefix: str, folder: Path) -> int:
+    """This run's compiler cache objects under ``prefix`` (new ones only) into ``folder``, for the next run."""
     saved = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=SCCACHE_PREFIX):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for entry in page.get("Contents", []):
-            relative = entry["Key"][len(SCCACHE_PREFIX) :]
+            relative = entry["Key"][len(prefix) :]
             if not relative or any(part in ("", ".", "..") for part in relative.split("/")):
                 continue  # never a path outside the folder, whatever a key says
             dest = folder / relative
