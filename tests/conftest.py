@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 _CREATED: list[str] = []
+# Sources the tests build (a fixture package's own tests run inside its test job, against its wheel).
+collect_ignore = ["fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
