@@ -228,10 +228,10 @@ def restore_compiler_cache(s3: Any, bucket: str, prefix: str, folder: Path) -> i
     run's ``prefix`` (``sccache/ext-<scope>-``: each run deploys a fresh emulated stack, whose bucket name,
     and so the source's cache scope, is new); what makes a second CI run's compiles hits."""
     files = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith(".partial")]
-    for path in files if folder.is_dir() else []:
+    for path in files:  # none when the folder does not exist yet
         key = prefix + path.relative_to(folder).as_posix()
         s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="aws:kms")
-    return len(files) if folder.is_dir() else 0
+    return len(files)
 
 
 def save_compiler_cache(s3: Any, bucket: str, prefix: str, folder: Path) -> int:

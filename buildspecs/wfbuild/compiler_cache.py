@@ -120,8 +120,13 @@ class CompilerCache:
             if lines:
                 first = f"{first.strip()}: {lines[-1].strip()}"
             self.problem = f"{where}: {first.strip()[:300]}"
+            self._drop_short_tmp()
             self.note(f"warning: compiler cache {where} unavailable ({first.strip()[:300]}): compiling without it")
         return self.running
+
+    def _drop_short_tmp(self) -> None:
+        if self.short_tmp:
+            shutil.rmtree(self.short_tmp, ignore_errors=True)
 
     def stage_env(self, env: Mapping[str, str], wrap: bool) -> dict[str, str]:
         """A build stage's environment: the job's server, or no cache at all.
@@ -200,8 +205,7 @@ class CompilerCache:
         )
         subprocess.run([self.binary, "--stop-server"], env=full, capture_output=True, timeout=60)
         self.running = False
-        if self.short_tmp:
-            shutil.rmtree(self.short_tmp, ignore_errors=True)
+        self._drop_short_tmp()
         try:
             return summary(json.loads(proc.stdout))
         except ValueError:

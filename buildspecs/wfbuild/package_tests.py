@@ -4,13 +4,13 @@ A test job's smoke stage (wfbuild.smoke) calls ``run`` after the wheel is instal
 file and imported. ``requires`` are installed into the same venv first (pip, held to the venv's torch
 by the smoke's constraint file), then ``python COMMAND...`` runs as an argv (no shell) in an empty
 folder, so ``import <package>`` finds the installed wheel and never the source tree. ``{project}`` in
-an argument becomes the source's root, ``{package}`` the folder its setup.py is in. A CUDA cell runs
-with ``CUDA_VISIBLE_DEVICES=""``, as the smoke does: the GPU step (options.gpu_test) is the one with a GPU.
+an argument becomes the source's root, ``{package}`` the folder its setup.py is in. The environment is
+the smoke's probe's (a CUDA cell with ``CUDA_VISIBLE_DEVICES=""``: the GPU step, options.gpu_test, is the
+one with a GPU).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -84,16 +84,3 @@ def run(venv: Path, tests: PackageTests, env: dict[str, str]) -> tuple[bool, str
     # The summary (pytest's "12 passed in 3.1s") is stdout's last line; stderr carries warnings.
     lines = [ln.strip() for ln in (proc.stdout.splitlines() or proc.stderr.splitlines()) if ln.strip()]
     return True, (lines[-1][:300] if lines else "exit status 0")
-
-
-def environment(venv: Path, cuda: bool) -> dict[str, str]:
-    env = {
-        "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
-        "HOME": os.environ.get("HOME", str(venv)),
-        "LANG": "C.UTF-8",
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    if cuda:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env

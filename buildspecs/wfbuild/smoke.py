@@ -134,7 +134,8 @@ def _install(venv: Path, wheel: Path, base: Path | None, name: str) -> None:
         raise SmokeFailure(wheel.name, "install", lines[-1] if lines else f"pip exited {proc.returncode}")
 
 
-def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list[dict[str, object]]:
+def _clean_env(venv: Path, cuda: bool) -> dict[str, str]:
+    """What the probe and the package's tests run with: the venv first, a CUDA wheel without a GPU."""
     env = {
         "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", str(venv)),
@@ -143,6 +144,11 @@ def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list
     }  # no LD_LIBRARY_PATH: bundled libraries must be found through the wheel's own RPATHs
     if cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list[dict[str, object]]:
+    env = _clean_env(venv, cuda)
     argv = [str(venv / "bin" / "python"), "-I", str(PROBE), json.dumps(spec)]
     proc = subprocess.run(argv, cwd=venv, env=env, capture_output=True, text=True, timeout=900)
     results: list[dict[str, object]] = []
@@ -178,7 +184,9 @@ def _smoke_in(venv: Path, wheel: Path, cfg: Config, python: str, base: Path | No
     _install(venv, wheel, base, wheelfile.info(wheel).project)
     results = _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built)
     if cfg.tests is not None:
-        passed, detail = package_tests.run(venv, cfg.tests, package_tests.environment(venv, cfg.cuda_built))
+        passed, detail = package_tests.run(
+            venv, cfg.tests, {**_clean_env(venv, cfg.cuda_built), "PYTHONDONTWRITEBYTECODE": "1"}
+        )
         print(f"  {'ok  ' if passed else 'FAIL'} package tests: {detail}", flush=True)
         if not passed:
             raise SmokeFailure(wheel.name, "package tests", detail)

@@ -259,8 +259,6 @@ def _source(p: _Paths, ext: dict[str, Any]) -> tuple[Stage, str]:
 
 def _package_tests(p: _Paths, ext: dict[str, Any], src: str) -> list[str]:
     """wfbuild.smoke's arguments for the request's "test" (the package's own tests), checked one by one."""
-    if not ext.get("test_command"):
-        return []
     args = ["--project", p.src(ext["name"]), "--package", src]
     args += [
         f"--test-require={safety.check(safety.REQUIREMENT, r, 'test.requires')}" for r in ext.get("test_requires") or ()
@@ -306,11 +304,8 @@ def _published(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     after: tuple[str, ...] = ()
     if ext.get("test_command"):  # the package's own tests live in its source, not in the wheel
         source, src = _source(p, ext)
-        stages, tests, after = (
-            [fetch, dataclasses.replace(source, needs=(fetch.name,))],
-            _package_tests(p, ext, src),
-            (source.name,),
-        )
+        stages.append(dataclasses.replace(source, needs=(fetch.name,)))
+        tests, after = _package_tests(p, ext, src), (source.name,)
     for cell in ext["cells"]:
         python, cid = cell["python"], safety.check(safety.CELL, cell["id"], "extension.cells.id")
         torch = f"torch=={cell_key(cell).removeprefix('torch')}"
