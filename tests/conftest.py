@@ -25,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get("WF_CACHE_DIR"):
         os.environ["WF_CACHE_DIR"] = tempfile.mkdtemp(prefix="wf-test-cache-")
         _CREATED.append(os.environ["WF_CACHE_DIR"])
+    os.makedirs(os.environ["WF_CACHE_DIR"], exist_ok=True)  # a folder named but not made yet (fixtures write into it)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
