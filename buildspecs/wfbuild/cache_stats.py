@@ -77,6 +77,8 @@ def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "errors": sum(p.get("errors", 0) for p in used),
         "not_cached": not_cached,
         "servers": len(parts),
+        # CPU of the compilers the servers ran (their children, not the stages'): part of the compile work
+        "server_cpu_seconds": round(sum(float(p.get("server_cpu_seconds") or 0.0) for p in used), 2),
     }
 
 
@@ -100,6 +102,7 @@ def read_stats(work: Path, path: Path, note: Callable[[str], None]) -> dict[str,
                 "per_language": {str(k)[:40]: {"hits": int(v["hits"]), "misses": int(v["misses"])}
                                  for k, v in list(langs.items())[:20]},
                 "not_cached": {str(k)[:80]: int(v) for k, v in list((raw.get("not_cached") or {}).items())[:20]},
+                "server_cpu_seconds": max(0.0, float(raw.get("server_cpu_seconds") or 0.0)),
             }
         ])  # fmt: skip
     except hostfiles.Missing:  # the stage ended before its server wrote them

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from wfbuild.cache_stats import describe, summary
+from wfbuild.cpu_usage import server_cpu
 
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 VERSION = "0.16.0"
@@ -203,13 +204,15 @@ class CompilerCache:
         proc = subprocess.run(
             [self.binary, "--show-stats", "--stats-format=json"], env=full, capture_output=True, text=True, timeout=60
         )
+        server = server_cpu(self.env.get("SCCACHE_SERVER_PORT", ""))  # its compilers are its children
         subprocess.run([self.binary, "--stop-server"], env=full, capture_output=True, timeout=60)
         self.running = False
         self._drop_short_tmp()
         try:
-            return summary(json.loads(proc.stdout))
+            stats = summary(json.loads(proc.stdout))
         except ValueError:
             return {"error": (proc.stderr or "no stats").strip()[:300]}
+        return stats if server is None else {**stats, "server_cpu_seconds": round(server, 2)}
 
 
 def _atomic_script(path: Path, text: str) -> None:

@@ -30,8 +30,8 @@ from typing import Any
 import boto3
 
 from wfbuild import (
-    cache_stats,
     callback,
+    compile_records,
     compiler_cache,
     container,
     credentials,
@@ -83,7 +83,7 @@ class Job:
         self.threads: list[Any] = []  # heartbeat and spot watch, stopped before the callback
         self.cuda_home: Path | None = None  # host mode: the locked toolkit the stages compile with
         self.cache: compiler_cache.CompilerCache | None = None  # host mode: the job's sccache server
-        self.cache_stats: list[dict[str, Any]] = []  # container mode: each compile stage's server
+        self.compile = compile_records.CompileRecords(self.work, self.log.note)  # cache stats, CPU usage
         self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
         self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
@@ -136,7 +136,7 @@ class Job:
         merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else toolkit.without_cuda(merged)
         if self.cache is None or stage.host:
             return merged
-        return self.cache.stage_env(merged, wrap=_wraps(stage))
+        return self.cache.stage_env(merged, wrap=compile_records.wraps(stage))
 
     def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
         if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
@@ -291,10 +291,10 @@ class Job:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
         env = {**self.stage_env(stage, in_container), **extra}
-        if _compiles(stage):  # sccache (a host server, or one per stage in a container) cannot take -objtemp
-            cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
+        cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
+        if compile_records.compiles(stage):  # sccache (a host server, or a stage's own) cannot take -objtemp
             env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1), objtemp=not cached)
-        argv = stage.argv
+        argv = self.compile.argv(stage, in_container, cached)
         hook = None
         if in_container:
             name = f"wf-{os.getpid()}-{next(self._names)}"
@@ -306,7 +306,7 @@ class Job:
                 env_file,
                 self.work,
                 self.bundle,
-                self._cached(stage),
+                argv,
                 endpoint,
                 stage.offline,
                 self.limits(),
@@ -324,28 +324,17 @@ class Job:
         code = self.runner.run(argv, env, self.work, tail, f"[{stage.group}] " if stage.group else "")
         if hook is not None:
             self.runner.on_abort.remove(hook)
-            self._collect_cache_stats(stage)
+        cpu = self.compile.collect(stage, in_container)
         status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
         result = self._result(stage, status, started, code, list(tail), error)
+        if cpu is not None:
+            result["cpu_seconds"] = cpu
         self.results.append(result)
         if status == "succeeded" and stage.package and stage.name.startswith(("fetch-source", "checkout-")):
             self._snapshot_source(stage.package)
         self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
         return status
-
-    def _cached(self, stage: Stage) -> list[str]:
-        """Container mode: a compile stage runs under a server of its own (wfbuild.compiler_cache.run_stage)."""
-        if not _compiles(stage) or not compiler_cache.wanted(self.job["env"], self.bucket):
-            return stage.argv
-        return compiler_cache.stage_argv(f"/work/meta/sccache/{stage.name}.json", stage.argv, _wraps(stage))
-
-    def _collect_cache_stats(self, stage: Stage) -> None:
-        if not _compiles(stage):  # only compile stages ran under a server (_cached)
-            return
-        stats = cache_stats.read_stats(self.work, self.work / "meta" / "sccache" / f"{stage.name}.json", self.log.note)
-        if stats is not None:
-            self.cache_stats.append(stats)
 
     def _result(
         self, stage: Stage, status: str, started: float, code: int | None, tail: list[str], error: str | None = None
@@ -404,12 +393,7 @@ class Job:
         data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
         if self.parallelism:  # the estimate's calibration reads it (wheelfoundry.calibration)
             data["parallelism"] = self.parallelism
-        if self.cache is not None:
-            data["compiler_cache"] = stats = self.cache.stop(self.stage_env(Stage("sccache", [], {}), False))
-            self.log.note(cache_stats.describe(stats))
-        elif self.cache_stats:
-            data["compiler_cache"] = stats = cache_stats.combine(self.cache_stats)
-            self.log.note(cache_stats.describe(stats))
+        self.compile.add_to_manifest(data, self.cache, self.stage_env(Stage("sccache", [], {}), False))
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         (self.private / "manifest.json").write_text(text, encoding="utf-8")
         return data
@@ -531,15 +515,6 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
 def _gone(job: Job) -> None:
     job.token_gone = True
     job.runner.abort("task token gone")
-
-
-def _compiles(stage: Stage) -> bool:
-    return any(a.endswith(("build-library.sh", "build-torch.sh")) for a in stage.argv)
-
-
-def _wraps(stage: Stage) -> bool:
-    """setuptools builds (domain libraries, extensions) call the compiler themselves: wrappers, not launchers."""
-    return any(a.endswith("build-library.sh") for a in stage.argv)
 
 
 if __name__ == "__main__":

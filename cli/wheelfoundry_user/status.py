@@ -101,7 +101,8 @@ def job_row(
         stage = {"pending": "gpu test: launch", "running": "gpu test"}.get(state, "gpu test ended")
         detail = f"{newest['InstanceId']} {newest.get('InstanceType', '')}".strip()
     verdict = None
-    cache = cache_cell((farm.get_json(prefix + "manifest.json") or {}) if "manifest.json" in objects else {})
+    manifest = (farm.get_json(prefix + "manifest.json") or {}) if "manifest.json" in objects else {}
+    cache = cache_cell(manifest)
     if "result.json" in objects:
         result = farm.get_json(prefix + "result.json") or {}
         verdict = (result.get("gpu_test") or {}).get("verdict")
@@ -126,6 +127,7 @@ def job_row(
         "detail": detail,
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
         "compiler_cache": cache,  # None: no manifest yet, or a build without the stack's cache
+        "compile_usage": manifest.get("compile_usage"),  # CPU and wall seconds of the compile stages, cores busy
     }
 
 
@@ -139,6 +141,13 @@ def quota_wait(record: dict[str, Any] | None) -> str:
         f"needs {record.get('needs', '?')} vCPUs, {held} ({quota.get('code', '?')}), "
         f"waited {record.get('waited_seconds', '?')} s of {record.get('limit_seconds', '?')} s"
     )
+
+
+def busy_cell(usage: Any) -> str | None:
+    """Cores busy while the job compiled: ``0.93 of 16`` (CPU / wall / cores), or None."""
+    if not isinstance(usage, dict) or not isinstance(usage.get("cores_busy"), int | float):
+        return None
+    return f"{float(usage['cores_busy']):.2f} of {usage.get('cores', '?')}"
 
 
 def cache_cell(manifest: dict[str, Any]) -> str | None:
@@ -231,6 +240,10 @@ def render_status(status: dict[str, Any]) -> str:
         if any(j.get("compiler_cache") for j in jobs):  # a low rate on a rebuild: the package defeats the cache
             rows = [(*row[:-1], j.get("compiler_cache") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
             headers = (*headers[:-1], "CACHE HITS", headers[-1])
+        if any(busy_cell(j.get("compile_usage")) for j in jobs):  # low: the build could use a smaller instance
+            cells = [busy_cell(j.get("compile_usage")) or "-" for j in jobs]
+            rows = [(*row[:-1], cell, row[-1]) for row, cell in zip(rows, cells, strict=True)]
+            headers = (*headers[:-1], "CORES BUSY", headers[-1])
         lines.append(table(headers, rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")

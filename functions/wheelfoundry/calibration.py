@@ -2,11 +2,16 @@
 
 The model (config.toml ``extension_cell``): compile work in core-hours, CUDA linear in the architectures
 of each nvcc call, plus ``extension_cell_serial`` hours. After a run, Report records each cell's compile
-core-hours (its build stage's seconds times the cores it was given: MAX_JOBS x nvcc threads, capped by
-``extension_cores_per_cell`` x threads) and its serial hours (environment, repair, smoke) under
-``calibration/<source scope>.json`` (the compiler cache's scope: one source origin). The next plan of that
-source scales the model by the recorded cells' median ratio to it, per CPU and CUDA, so a package twice as
-heavy as the model gets twice the hours, at whatever arch count it is planned with.
+core-hours and its serial hours (environment, repair, smoke) under ``calibration/<source scope>.json``
+(the compiler cache's scope: one source origin). Compile core-hours are the build stage's measured CPU
+seconds (wfbuild.cpu_usage, the compiler cache server's share included); from a manifest without them,
+the stage's seconds times the cores it was given (MAX_JOBS x nvcc threads, capped by
+``extension_cores_per_cell`` x threads). A measured cell also records its width (CPU / wall: the cores
+it kept busy) and the cores it was given. The next plan of that source scales the model by the recorded
+cells' median ratio to it, per CPU and CUDA, so a package twice as heavy as the model gets twice the
+hours, at whatever arch count it is planned with; and sizes instances by the width (wheelfoundry.walltime):
+a cell that kept well under the cores it was given busy (BOUND: few translation units, a serial link) is
+planned at that width, one that used them all at whatever it is given.
 
 A recorded figure comes from a build's own manifest (untrusted): each is clamped to [1/20, 20] times the
 model, so a lying build can skew only its own source's estimates, and only so far.
@@ -14,6 +19,8 @@ model, so a lying build can skew only its own source's estimates, and only so fa
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +30,7 @@ from wheelfoundry.walltime import CellCost
 
 KEEP = 64  # recorded cells per source: the newest
 CLAMP = 20.0
+BOUND = 0.75  # a cell busy below this share of its cores was limited by its own parallelism, not by them
 
 
 def model_work(cuda: bool, archs: int, config: FarmConfig) -> float:
@@ -36,7 +44,7 @@ def cell_cost(cuda: bool, archs: int, config: FarmConfig, record: Mapping[str, A
     """The cell's compile core-hours and serial hours: recorded runs of this source where there are any."""
     work, serial = model_work(cuda, archs, config), float(config.estimates["extension_cell_serial"])
     cells = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and bool(c.get("cuda")) == cuda]
-    ratios, serials = [], []
+    ratios, serials, widths = [], [], []
     for cell in cells:
         try:
             model = model_work(cuda, int(cell["archs"]), config)
@@ -44,11 +52,21 @@ def cell_cost(cuda: bool, archs: int, config: FarmConfig, record: Mapping[str, A
             serials.append(min(CLAMP * serial, max(0.0, float(cell["serial_hours"]))))
         except (KeyError, TypeError, ValueError):
             continue
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # measured cells: (cores kept busy, given)
+            widths.append((min(256.0, max(0.05, float(cell["width"]))), max(1.0, float(cell["cores"]))))
     if not ratios:
         return CellCost(round(work, 4), serial, "catalog model")
     ratio = statistics.median(ratios)
     source = f"{len(ratios)} recorded {'CUDA' if cuda else 'CPU'} cell(s) of this source (x{ratio:.2f} the model)"
-    return CellCost(round(work * ratio, 4), round(statistics.median(serials), 4), source)
+    cost = CellCost(round(work * ratio, 4), round(statistics.median(serials), 4), source)
+    if not widths:
+        return cost
+    bound = [w for w, given in widths if w < BOUND * given]
+    # Most cells limited by their own parallelism: plan at that width; else they use what they get.
+    limit = round(statistics.median(bound), 3) if len(bound) * 2 > len(widths) else None
+    busy, given = statistics.median(w for w, _ in widths), statistics.median(g for _, g in widths)
+    seen = f"; a cell kept {busy:.1f} of its {given:g} cores busy"
+    return dataclasses.replace(cost, source=source + seen, recorded=True, width_limit=limit)
 
 
 def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmConfig) -> list[dict[str, Any]]:
@@ -69,15 +87,15 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
             continue
         seconds = float(build[0].get("seconds") or 0)
         serial = sum(float(s.get("seconds") or 0) for s in mine if s is not build[0])
-        out.append(
-            {
-                "cell": cell.get("id"),
-                "cuda": cuda,
-                "archs": archs,
-                "compile_core_hours": round(seconds * cores / 3600, 5),
-                "serial_hours": round(serial / 3600, 5),
-            }
-        )
+        record: dict[str, Any] = {"cell": cell.get("id"), "cuda": cuda, "archs": archs}
+        cpu = build[0].get("cpu_seconds")
+        if isinstance(cpu, int | float) and not isinstance(cpu, bool) and cpu >= 0 and seconds > 0:
+            record |= {"compile_core_hours": round(cpu / 3600, 5), "width": round(cpu / seconds, 3)}
+            record["cores"] = jobs * threads  # what the cell was given
+        else:  # a manifest from before the runner measured: assume the cores it was given were busy
+            record["compile_core_hours"] = round(seconds * cores / 3600, 5)
+        record["serial_hours"] = round(serial / 3600, 5)
+        out.append(record)
     return out
 
 

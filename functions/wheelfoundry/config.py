@@ -79,6 +79,7 @@ class FarmConfig:
     gib_per_nvcc_thread: float = 1.0  # memory of each further nvcc --threads thread
     max_wall_hours: float = 1.0  # the stack's default options.max_wall_hours
     extension_instances: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # platform -> types
+    extension_instances_measured: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # with a record
 
     def instance(self, name: str) -> InstanceType | None:
         return self.instance_types.get(name)
@@ -142,6 +143,9 @@ def _load(data: Mapping[str, Any]) -> FarmConfig:
         gib_per_nvcc_thread=float(defaults["gib_per_nvcc_thread"]),
         max_wall_hours=float(defaults["max_wall_hours"]),
         extension_instances={k: tuple(v) for k, v in data["layout"]["extension_instances"].items()},
+        extension_instances_measured={
+            k: tuple(v) for k, v in data["layout"].get("extension_instances_measured", {}).items()
+        },
     )
 
 

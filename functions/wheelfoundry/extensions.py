@@ -115,11 +115,14 @@ def plan_extension(
             suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
             job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
             jobs.append(job)
-            slots = walltime.compile_slots(chosen.instance, size, bool(cuda), walltime.arch_count(arch_list), config)
+            archs = walltime.arch_count(arch_list)
+            slots = walltime.compile_slots(chosen.instance, size, bool(cuda), archs, config, cost=cost)
             threads = f", nvcc --threads {slots.threads}" if cuda else ""
+            busy = walltime.cores_busy(chosen.instance, [size], [slots])
             notes.append(
                 f"{job.id}: {size} cell(s) on one {chosen.instance.name}, {slots.cells} at a time, "
-                f"MAX_JOBS {slots.jobs}{threads}; {cost.work:.2f} core-h + {cost.serial:.2f} h a cell ({cost.source})"
+                f"MAX_JOBS {slots.jobs}{threads}; expected cores busy {busy:.2f} ({slots.width:g} a cell); "
+                f"{cost.work:.2f} core-h + {cost.serial:.2f} h a cell ({cost.source})"
             )
     if not layout.met:
         notes.append(
@@ -168,7 +171,9 @@ def _job(
     tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
     label = variant(accelerator, cuda)
     instance = choose_instance(f"extension-{platform}", chosen.instance.name, request.options.spot, config)
-    slots = walltime.compile_slots(chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config)
+    slots = walltime.compile_slots(
+        chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config, cost=cost
+    )
     scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
     env = {
         "MAX_JOBS": str(max_jobs(instance, accelerator, config)),

@@ -9,7 +9,8 @@ slots x MAX_JOBS x threads stays within its cores and the memory holds (``compil
 re-checks on the host: wfbuild.parallelism). A job's wall is its setup plus its waves of cells.
 
 The layout. One (platform, toolkit)'s cells may run on one instance or be split evenly over several
-(``shards``), each on an instance type from ``[layout] extension_instances``. ``choose_layouts`` picks,
+(``shards``), each on an instance type from ``[layout] extension_instances`` (and, once the source's cells
+have been measured, ``extension_instances_measured``: sizes a narrow cell can keep busy). ``choose_layouts`` picks,
 over all groups at once, the cheapest combination whose longest job meets ``max_wall_hours`` within the
 guardrails on jobs per run and instance-hours; when none does, the fastest one within them, and says so.
 """
@@ -32,7 +33,7 @@ class Slots:
     cells: int
     jobs: int
     threads: int
-    width: int  # cores one cell keeps busy
+    width: float  # cores one cell keeps busy
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class CellCost:
     work: float
     serial: float
     source: str  # "catalog model" or "recorded runs of this source (N cells)"
+    recorded: bool = False  # from measured builds of this source (wfbuild.cpu_usage), not the model
+    # Cores a compiling cell of this source kept busy when it had more (recorded: its own parallelism,
+    # e.g. a package of few translation units); None: no limit seen, it used what it was given.
+    width_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Option:
     wall: float
     hours: float
     usd: float
+    busy: float = 1.0  # expected cores busy while the cells compile: compile core-hours / (vCPUs x compile hours)
 
 
 def arch_count(arch_list: str | None) -> int:
@@ -62,12 +68,21 @@ def arch_count(arch_list: str | None) -> int:
 
 
 def compile_slots(
-    instance: InstanceType, cells: int, cuda: bool, archs: int, config: FarmConfig, *, threads_on: bool = True
+    instance: InstanceType,
+    cells: int,
+    cuda: bool,
+    archs: int,
+    config: FarmConfig,
+    *,
+    threads_on: bool = True,
+    cost: CellCost | None = None,
 ) -> Slots:
     """Cells at once, MAX_JOBS and nvcc threads for ``cells`` cells on ``instance``: cores and memory shared.
 
     Cells first (memory at one compile job each, as before), then each cell's cores go to nvcc threads
-    (up to the architecture count), then to MAX_JOBS; threads give way while the memory does not hold."""
+    (up to the architecture count), then to MAX_JOBS; threads give way while the memory does not hold.
+    A cell's width: recorded builds of the source (``cost.recorded``) keep the cores they are given, up to
+    the limit they showed; the catalog's model, ``extension_cores_per_cell`` units times the threads."""
     per_job = config.gib_per_compile_job["cuda" if cuda else "cpu"]
     per_thread = config.gib_per_nvcc_thread
     spare = instance.memory_gib - config.reserve_gib
@@ -80,14 +95,26 @@ def compile_slots(
         if threads == 1 or slots * jobs * (per_job + (threads - 1) * per_thread) <= spare:
             break
         threads -= 1
-    units_per_cell = int(config.estimates["extension_cores_per_cell"]["cuda" if cuda else "cpu"])
-    return Slots(slots, jobs, threads, max(1, min(cores, min(jobs, units_per_cell) * threads)))
+    given = min(cores, jobs * threads)
+    if cost is not None and cost.recorded:
+        width = min(given, cost.width_limit) if cost.width_limit else given
+    else:
+        units_per_cell = int(config.estimates["extension_cores_per_cell"]["cuda" if cuda else "cpu"])
+        width = min(given, min(jobs, units_per_cell) * threads)
+    return Slots(slots, jobs, threads, max(0.1, round(width, 3)))
 
 
 def job_wall(cells: int, cost: CellCost, slots: Slots, config: FarmConfig) -> float:
     """Hours from launch to the last cell's smoke test: setup, then waves of ``slots.cells`` cells."""
     per_cell = cost.work / slots.width + cost.serial
     return float(config.estimates["setup"]) + math.ceil(cells / slots.cells) * per_cell
+
+
+def cores_busy(instance: InstanceType, sizes: Sequence[int], slots: Sequence[Slots]) -> float:
+    """Expected share of the instances' cores busy while their cells compile: each wave of ``slot.cells``
+    cells takes work / width hours on all ``instance.vcpus`` (compile core-hours / vCPU-hours held)."""
+    held = sum(instance.vcpus * math.ceil(n / slot.cells) / slot.width for n, slot in zip(sizes, slots, strict=True))
+    return round(min(1.0, sum(sizes) / held), 3) if held else 1.0
 
 
 def usd_per_hour(instance: InstanceType, spot: bool, config: FarmConfig) -> float:
@@ -105,15 +132,20 @@ def options(
 ) -> list[Option]:
     """Every (instance type, shard count) for one group, each priced and timed."""
     found = []
-    for name in config.extension_instances.get(platform, ()):
+    names = config.extension_instances.get(platform, ())
+    if cost.recorded:  # the cells' real width is known: sizes they can keep busy
+        names = (*config.extension_instances_measured.get(platform, ()), *names)
+    for name in names:
         instance = config.instance_types[name]
         for shards in range(1, cells + 1):
             sizes = shard_sizes(cells, shards)
-            walls = [job_wall(n, cost, compile_slots(instance, n, cuda, archs, config), config) for n in sizes]
+            each = [compile_slots(instance, n, cuda, archs, config, cost=cost) for n in sizes]
+            walls = [job_wall(n, cost, slot, config) for n, slot in zip(sizes, each, strict=True)]
             hours = sum(round(w, 2) for w in walls)
-            slots = compile_slots(instance, sizes[0], cuda, archs, config)
             rate = usd_per_hour(instance, spot, config)
-            found.append(Option(instance, shards, slots, max(walls), hours, sum(round(w * rate, 2) for w in walls)))
+            busy = cores_busy(instance, sizes, each)
+            usd = sum(round(w * rate, 2) for w in walls)
+            found.append(Option(instance, shards, each[0], max(walls), hours, usd, busy))
     return found
 
 

@@ -226,9 +226,16 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     assert list(ran) == ["fetch-source", f"env-{cell}", f"build-{cell}", f"repair-{cell}", f"smoke-{cell}", "manifest"]
     assert wheel["cell"]["id"] == cell and wheel["cell"]["build_id"] == "torch2.13-cpu"
     assert all(s["status"] == "succeeded" and s["seconds"] >= 0 for s in ran.values())
+    usage = manifest["compile_usage"]  # the build stage under wfbuild.cpu_usage: its compiler's CPU seconds
+    assert usage["stages"] == 1 and usage["cpu_seconds"] > 1.0 and usage["cores"] >= 1
+    assert usage["wall_seconds"] <= ran[f"build-{cell}"]["seconds"] + 1.0
+    assert usage["cores_busy"] == round(usage["cpu_seconds"] / usage["wall_seconds"] / usage["cores"], 3)
+    assert ran[f"build-{cell}"]["cpu_seconds"] == usage["cpu_seconds"]  # one stage: all of it, server included
+    assert "cpu_seconds" not in ran[f"env-{cell}"]  # only compile stages are measured
     assert manifest["toolchain"]["python"] == {"cp311-torch2.13.0": f"Python {sys.version.split()[0]}"}
     log = aws.text(output["log_key"])
     assert f"stage smoke-{cell}: succeeded" in log and "smoke passed" in log
+    assert f"cores busy {usage['cores_busy']:.2f}" in log
     assert "no instance metadata service: not watching for spot interruptions" in log
     assert not work.exists(), "a successful job's work dir is removed"
 
@@ -433,6 +440,7 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
     commands = [c[c.index("-w") + 3 :] for c in runs]
     build = "build-torch2.13.0-cp311-cpu-x86_64"
     assert commands[1] == [
+        "python3", "-m", "wfbuild.cpu_usage", "--out", f"/work/meta/usage/{build}.json", "--",
         "python3", "-m", "wfbuild.compiler_cache", "--stats", f"/work/meta/sccache/{build}.json", "--wrap", "--",
         "bash", "/bundle/stages/build-library.sh",
     ]  # fmt: skip
