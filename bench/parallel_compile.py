@@ -10,10 +10,11 @@ setuptools did before: one compiler at a time) and then with MAX_JOBS=<this mach
 (wfbuild.parallel_compile). It prints the compile stage's wall seconds, CPU seconds and cores busy
 (CPU / wall / cores), and whether the two wheels are the same bytes.
 
-Part 2 plans a request of --cells CPU cells of the same source twice: as the planner did before (the
-config's extension instance, no recorded usage) and with the parallel build's record (the manifest's
-``compile_usage``), and prints instance, cells at once, expected cores busy, wall hours and
-instance-hours of the compile work. Writes bench/results/parallel_compile-<UTC>.json.
+Part 2 plans a request of --cells CPU cells of the same source three ways: by the catalog's model (no
+run recorded), then with the serial build's and the parallel build's measurement recorded as Report
+records them (wheelfoundry.calibration: the cell's CPU seconds and width), and prints the instance, cells
+at once, a cell's width, expected cores busy, the job's wall hours (one instance: also its
+instance-hours) and dollars. Writes bench/results/parallel_compile-<UTC>.json.
 """
 
 from __future__ import annotations
@@ -81,24 +82,52 @@ def build(work: Path, env_dir: Path, jobs: int) -> dict[str, Any]:
 
 
 def plans(cells: int, serial: dict[str, Any], parallel: dict[str, Any]) -> list[dict[str, Any]]:
-    """Before: serial cells on the configured instance; after: parallel cells on the instance sized by them."""
+    """A request of ``cells`` CPU cells of this source, planned three ways: by the catalog's model (no run
+    recorded yet), with the serial build's measurement recorded, and with the parallel build's."""
+    from wheelfoundry import walltime
+    from wheelfoundry.calibration import cell_cost, cells_of
+    from wheelfoundry.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.usage import RecordedUsage, default_sizing, size_extension
+    from wheelfoundry.planning import plan_request
+    from wheelfoundry.request import parse_request
 
-    config = load_config()
+    catalog, config = load_catalog(), load_config()
+    pythons = ["3.10", "3.11", "3.12", "3.13"]
+    torches = ["2.11", "2.12", "2.13", "2.14"]
+    request = {
+        "framework": "extension",
+        "name": "wf-segops",
+        "source": {"s3": "s3://bench/wf_segops-0.1.0.tar.gz"},
+        "torch": torches[: max(1, -(-cells // len(pythons)))],
+        "cuda": ["cpu"],
+        "python": pythons[: min(cells, len(pythons))],
+        "options": {"executor": "ec2", "max_wall_hours": 4},
+    }
+    parsed = parse_request(request, catalog, config)
+    first = plan_request(parsed, catalog, config).jobs[0].to_dict()
+    cell = first["extension"]["cells"][0]["id"]
 
-    def usage(record: dict[str, Any]) -> RecordedUsage:
-        width = record["cpu_seconds"] / record["wall_seconds"]
-        return RecordedUsage(
-            "examples/extension-ninja-off", record["cpu_seconds"], record["wall_seconds"], record["cores"], 1, width
-        )
+    def record(build: dict[str, Any]) -> dict[str, Any]:
+        stage = {"name": f"build-{cell}", "group": cell, "status": "succeeded", "seconds": build["wall_seconds"]}
+        stage["cpu_seconds"] = build["cpu_seconds"]
+        # Both were given MAX_JOBS = the cores: before wfbuild.parallel_compile, setuptools ignored it.
+        given = {"cells_at_once": 1, "max_jobs": parallel["jobs"], "nvcc_threads": 1}
+        return {"cells": cells_of(first, {"stages": [stage], "parallelism": given}, config)}
 
     rows = []
-    for label, sizing in (
-        ("before (config)", default_sizing(cells, "x86_64", "cpu", config, usage(serial))),
-        ("after (recorded)", size_extension(cells, usage(parallel), "x86_64", "cpu", config)),
-    ):
-        rows.append({"plan": label, **sizing.as_dict()})
+    for label, rec in (("model", None), ("serial recorded", record(serial)), ("parallel recorded", record(parallel))):
+        plan = plan_request(parsed, catalog, config, record=rec)
+        cost = cell_cost(False, 1, config, rec)
+        for job in plan.jobs:
+            n = len(job.extension.cells) if job.extension else 0
+            instance = config.instance_types[job.instance.type]
+            slots = walltime.compile_slots(instance, n, False, 1, config, cost=cost)
+            rows.append({
+                "plan": label, "job": job.id, "cells": n, "instance": instance.name, "vcpus": instance.vcpus,
+                "parallel_cells": slots.cells, "cell_width": slots.width,
+                "cores_busy": walltime.cores_busy(instance, [n], [slots]),
+                "wall_hours": job.estimate.hours, "usd": job.estimate.usd,
+            })  # fmt: skip
     return rows
 
 
@@ -106,13 +135,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=cpu_usage.cores())
     parser.add_argument("--cells", type=int, default=6)
+    parser.add_argument("--builds", type=Path, help="an earlier result's JSON: plan from its builds, build nothing")
     args = parser.parse_args()
     cache = Path(os.environ.get("WF_CACHE_DIR") or ROOT / ".wfcache")
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="wf-parallel-bench-") as tmp:
-        work = Path(tmp)
-        env_dir = build_env(cache, work / "env")
-        serial, parallel = build(work, env_dir, 1), build(work, env_dir, args.jobs)
+    if args.builds:
+        earlier = json.loads(args.builds.read_text())
+        serial, parallel, load = earlier["serial"], earlier["parallel"], earlier["load_average"]
+    else:
+        with tempfile.TemporaryDirectory(prefix="wf-parallel-bench-") as tmp:
+            work = Path(tmp)
+            env_dir = build_env(cache, work / "env")
+            serial, parallel = build(work, env_dir, 1), build(work, env_dir, args.jobs)
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cpu_usage.cores()} cores")
     print(f"{'CELL BUILD':<22}{'MAX_JOBS':>9}{'WALL s':>9}{'CPU s':>9}{'CORES BUSY':>12}")
     for name, row in (("serial (before)", serial), ("parallel (after)", parallel)):
@@ -126,13 +160,13 @@ def main() -> int:
     )
     rows = plans(args.cells, serial, parallel)
     print(
-        f"\n{'REQUEST OF ' + str(args.cells) + ' CELLS':<20}{'INSTANCE':<14}{'AT ONCE':>8}{'BUSY':>7}"
-        f"{'WALL h':>9}{'INSTANCE-h':>12}{'USD':>8}"
+        f"\n{'REQUEST OF ' + str(args.cells) + ' CELLS':<20}{'INSTANCE':<14}{'AT ONCE':>8}{'WIDTH':>7}{'BUSY':>7}"
+        f"{'WALL = INSTANCE-h':>19}{'USD':>8}"
     )
     for row in rows:
         print(
-            f"{row['plan']:<20}{row['instance']:<14}{row['parallel_cells']:>8}{row['cores_busy']:>7.2f}"
-            f"{row['wall_hours']:>9.3f}{row['instance_hours']:>12.3f}{row['usd']:>8.3f}"
+            f"{row['plan']:<20}{row['instance']:<14}{row['parallel_cells']:>8}{row['cell_width']:>7.2f}"
+            f"{row['cores_busy']:>7.2f}{row['wall_hours']:>19.2f}{row['usd']:>8.2f}"
         )
     result = {"load_average": load, "serial": serial, "parallel": parallel, "ratio": round(ratio, 3), "plans": rows}
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
