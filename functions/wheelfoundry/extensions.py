@@ -123,6 +123,11 @@ def plan_extension(
                 f"{job.id}: {size} cell(s) on one {chosen.instance.name}, {slots.cells} at a time, "
                 f"MAX_JOBS {slots.jobs}{threads}; expected cores busy {busy:.2f} ({slots.width:g} a cell); "
                 f"{cost.work:.2f} core-h + {cost.serial:.2f} h a cell ({cost.source})"
+                + (
+                    ""
+                    if cost.recorded
+                    else "; not measured yet: a run records what its cells use, the next plan sizes by it"
+                )
             )
     if not layout.met:
         notes.append(
