@@ -382,7 +382,8 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert [c[c.index(tag) + 1 :] for c in runs] == [
         ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311-torch2.13.0", "--torch", "torch==2.13.0",
          "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"],
-        ["bash", "/bundle/stages/build-library.sh"],
+        ["python3", "-m", "wfbuild.cpu_usage", "--out", "/work/meta/usage/build-torch2.13.0-cp311-cpu-x86_64.json",
+         "--", "bash", "/bundle/stages/build-library.sh"],
         ["python3", "-m", "wfbuild.manifest", "--work-dir", "/work", "--out", "/work/manifest.json"],
     ]  # fmt: skip
     # The loopback emulator: host networking for the stages that need a network, none for the manifest.
