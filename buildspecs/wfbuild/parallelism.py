@@ -3,10 +3,12 @@
 A CUDA cell's nvcc call compiles each architecture of TORCH_CUDA_ARCH_LIST in turn; ``--threads N`` has
 nvcc run N of them side by side (cicc and ptxas per architecture). It reaches every nvcc call of a build,
 torch's BuildExtension and CMake alike, through ``NVCC_APPEND_FLAGS`` (read by nvcc >= 11.5), so no
-package is edited. The cores go first to cells (one compile job each, as memory allows), then within a
-cell to nvcc threads (up to the architecture count), then to MAX_JOBS: cells x MAX_JOBS x threads stays
-within the cores. Threads give way while cells x MAX_JOBS x (a job's memory + a thread's memory for
-each further thread) does not fit. The planner (wheelfoundry.walltime.compile_slots) expects the same.
+package is edited. The cores go first to cells (one compile job each, as memory allows); then, where the
+runner has counted the source's ``.cu`` files, MAX_JOBS keeps the cell's cores and nvcc threads take what
+the CUDA units leave (``cell_slots``), else (the planner's model) to nvcc threads (up to the architecture
+count), then to MAX_JOBS: cells x MAX_JOBS x threads stays within the cores. Threads give way while the
+memory (a job's, plus a thread's for each further thread) does not fit. The planner
+(wheelfoundry.walltime.compile_slots) models the second way: it has no source to count.
 
 The thread count changes how long a compile takes, never what it writes: each architecture's cubin is
 compiled by the same cicc/ptxas invocations and fatbinary orders them by the arch list
@@ -15,9 +17,11 @@ compiled by the same cicc/ptxas invocations and fatbinary orders them by the arc
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 MAX_NVCC_THREADS = 8
 
@@ -44,12 +48,27 @@ def cell_slots(
     archs: int,
     slots_override: int | None = None,
     threads_override: int | None = None,
+    cuda_units: int | None = None,
 ) -> CellSlots:
-    """Cells at once, MAX_JOBS and nvcc threads; ``archs`` 1 (or a CPU job) means no threads."""
+    """Cells at once, MAX_JOBS and nvcc threads; ``archs`` 1 (or a CPU job) means no threads.
+
+    ``cuda_units``: the ``.cu`` files of the source (the runner counts them), when known. Then MAX_JOBS
+    keeps every core of the cell (the C++ units compile beside the CUDA ones) and nvcc threads take the
+    cores the CUDA units leave: a package of one ``.cu`` file on 2 cores compiles it with 2 threads
+    beside its ``.cpp``, one of 8 ``.cu`` files with none. Unknown (the planner's model), threads first."""
     by_memory = max(1, int(spare_gib // gib_per_job))
     units = max(1, min(cores, by_memory, max_jobs))
     slots = max(1, min(cells, units, slots_override or cells))
     per_cell = max(1, cores // slots)
+    if cuda_units is not None and archs > 1:
+        jobs = max(1, min(units // slots, per_cell))
+        side_by_side = max(1, min(jobs, cuda_units))  # nvcc calls that may run at once
+        threads = threads_override or min(archs, max(1, per_cell // side_by_side), MAX_NVCC_THREADS)
+        while threads > 1 and not threads_override:
+            if slots * (jobs * gib_per_job + side_by_side * (threads - 1) * gib_per_thread) <= spare_gib:
+                break
+            threads -= 1
+        return CellSlots(slots, jobs, max(1, threads))
     threads = threads_override or min(archs, per_cell, MAX_NVCC_THREADS)
     while True:
         jobs = max(1, min(units // slots, per_cell // threads))
@@ -57,6 +76,17 @@ def cell_slots(
         if threads == 1 or fits or threads_override:
             return CellSlots(slots, jobs, max(1, threads))
         threads -= 1
+
+
+def cuda_units(root: Path, limit: int = 50_000) -> int:
+    """The ``.cu`` files under ``root`` (a build's own tree: links not followed, at most ``limit`` entries)."""
+    found = seen = 0
+    for _dir, dirs, files in os.walk(root, followlinks=False):
+        seen += len(dirs) + len(files)
+        found += sum(1 for f in files if f.endswith(".cu"))
+        if seen > limit:
+            break
+    return found
 
 
 def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True) -> dict[str, str]:

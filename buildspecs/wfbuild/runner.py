@@ -256,6 +256,11 @@ class Job:
         env = self.job.get("env", {})
         cores = hostinfo.cores()
         threads = self.environ.get("WF_NVCC_THREADS")
+        ext = self.job.get("extension") or {}
+        src = self.work / "src" / str(ext.get("name") or "")
+        units = parallelism.cuda_units(src) if self.job.get("cuda") and ext and src.is_dir() else None
+        if units is not None:
+            self.log.note(f"{units} .cu file(s) in the source: nvcc threads take the cores they leave")
         return parallelism.cell_slots(
             cores,
             self._spare_gib(),
@@ -266,6 +271,7 @@ class Job:
             parallelism.arch_count(self.job.get("arch_list")) if self.job.get("cuda") else 1,
             int(self.environ.get("WF_CELL_SLOTS") or 0) or None,
             int(threads) if threads else None,
+            units,
         )
 
     def _run_cells(self, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:

@@ -1,0 +1,48 @@
+"""How a cell's cores are split between MAX_JOBS and nvcc threads once the runner knows the source's .cu files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from wfbuild.parallelism import cell_slots, cuda_units
+
+
+@pytest.mark.parametrize(
+    "cores,cells,archs,units,expected",
+    [
+        (2, 1, 2, 1, (1, 2, 2)),  # one .cu beside a .cpp on 2 cores: both compile, the .cu with 2 threads
+        (16, 1, 7, 1, (1, 16, 7)),  # one .cu, 7 architectures: every architecture at once
+        (16, 1, 7, 4, (1, 16, 4)),  # four .cu files side by side: 4 threads each
+        (16, 1, 7, 16, (1, 16, 1)),  # as many .cu files as cores: threads would only oversubscribe
+        (16, 4, 7, 1, (4, 4, 4)),  # four cells of 4 cores each
+        (2, 1, 1, 1, (1, 2, 1)),  # one architecture: nothing to thread
+    ],
+)
+def test_max_jobs_keeps_the_cores_and_threads_take_what_the_cuda_units_leave(
+    cores: int, cells: int, archs: int, units: int, expected: tuple[int, int, int]
+) -> None:
+    slots = cell_slots(cores, 200.0, 4.0, 1.0, cells, 64, archs, cuda_units=units)
+    assert (slots.cells, slots.jobs, slots.threads) == expected
+    busy = slots.cells * (min(slots.jobs, units) * slots.threads)
+    assert busy <= cores or slots.threads == 1  # the CUDA units' threads never ask for more than the cores
+
+
+def test_threads_give_way_when_memory_does_not_hold() -> None:
+    # 16 cores, 70 GiB spare: 16 jobs of 4 GiB leave 6 GiB, room for 6 more threads across 2 .cu files
+    slots = cell_slots(16, 70.0, 4.0, 1.0, 1, 64, 8, cuda_units=2)
+    assert slots.jobs == 16 and slots.threads == 4  # 2 x (4 - 1) = 6 GiB of threads
+    assert cell_slots(16, 64.0, 4.0, 1.0, 1, 64, 8, cuda_units=2).threads == 1
+
+
+def test_cuda_units_counts_the_trees_cu_files_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "csrc" / "cuda").mkdir(parents=True)
+    for name in ("csrc/cuda/a.cu", "csrc/cuda/b.cu", "csrc/a.cpp", "csrc/cuda/a.cuh"):
+        (tmp_path / name).write_text("")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "c.cu").write_text("")
+    os.symlink(outside, tmp_path / "linked")  # a build's tree may link anywhere: not followed
+    assert cuda_units(tmp_path) == 2
