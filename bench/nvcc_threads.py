@@ -9,7 +9,8 @@ runner balance (wfbuild.parallelism: here 2 threads x MAX_JOBS 1 on 2 cores). Th
 build stage (the compile) from the job's log; the wheel's sha256 is printed beside it (the same both ways
 when both runs build in one folder; local runs use a folder per instance, so it may differ here by nvcc's
 path-derived anonymous-namespace names). --torch-scatter builds torch-scatter 2.1.2's sdist from PyPI
-(pinned by sha256) instead of the example. The machine's load average is recorded beside each run: other
+(pinned by sha256) instead of the example; --corpus NAME a package of examples/corpus/corpus.toml (its
+sdist pinned there). The machine's load average is recorded beside each run: other
 work on the cores inflates both figures.
 """
 
@@ -75,6 +76,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, default=ROOT / "examples" / "extension")
     parser.add_argument("--torch-scatter", action="store_true", help="torch-scatter 2.1.2 from PyPI instead")
+    parser.add_argument("--corpus", help="a package of examples/corpus/corpus.toml instead (its pinned sdist)")
     parser.add_argument("--arch-list", default="8.0;9.0")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
@@ -83,6 +85,13 @@ def main() -> int:
         source, name = args.source.resolve(), "wf-example-ops"
         if args.torch_scatter:
             source, name = scatter_sdist(Path(tmp) / "sdist"), "torch-scatter"
+        if args.corpus:
+            sys.path.insert(0, str(ROOT))
+            from tools.corpus import fetch_sdist
+            from tools.corpus_steps import load_corpus
+
+            (package,) = [p for p in load_corpus(ROOT / "examples/corpus/corpus.toml") if p.name == args.corpus]
+            source, name = fetch_sdist(package, Path(os.environ["WF_CACHE_DIR"])), package.name
         request = {
             "framework": "extension", "name": name,
             "source": {"s3": "s3://replaced-by-local-run/sources/x.tar.gz"}, "torch": ["2.14"], "cuda": ["13.0"],
