@@ -56,7 +56,9 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     argv = [sys.executable, "-m", "wheelfoundry_cli.main", "local", "run", "request.json", "--source", str(source)]
     load = os.getloadavg()[0]
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=7200, check=False)
-    log = "\n".join(p.read_text(errors="replace") for p in (cwd / ".wf-local").glob("instances/*/logs/*.log"))
+    logs = [p.read_text(errors="replace") for p in (cwd / ".wf-local").glob("instances/*/logs/*.log")]
+    # The build job's log (the test job of the published bytes logs its own cells' line too)
+    log = next((text for text in logs if STAGE.search(text)), "\n".join(logs))
     stage = STAGE.search(log)
     slots = SLOTS.search(log)
     wheels = sorted((cwd / "dist").glob("*.whl"))
