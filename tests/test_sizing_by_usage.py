@@ -3,7 +3,12 @@ sized by the cores a cell really kept busy, and plan says how busy it expects th
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
+from wheelfoundry_cli.main import main
 
 from wheelfoundry import walltime
 from wheelfoundry.calibration import cell_cost, cells_of
@@ -98,3 +103,18 @@ def test_many_measured_narrow_cells_share_an_instance_to_keep_its_cores_busy() -
         instance = config.instance_types[job.instance.type]
         slots = walltime.compile_slots(instance, cells, False, 1, config, cost=cost)
         assert walltime.cores_busy(instance, [cells], [slots]) >= 0.9, (job.instance.type, cells, slots)
+
+
+def test_plan_on_the_command_line_sizes_by_a_downloaded_record_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps(REQUEST))
+    record = tmp_path / "calibration.json"
+    record.write_text(json.dumps({"scope": "s3://my-bucket/sources/", **recorded(1.6, 16)}))
+    assert main(["plan", str(request), "--calibration", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "c7i.xlarge" in out and "expected cores busy 0.40 (1.6 a cell)" in out, out
+    record.write_text(json.dumps({"scope": "x", "cells": "lots"}))
+    assert main(["plan", str(request), "--calibration", str(record)]) == 2
+    assert "--calibration" in capsys.readouterr().err

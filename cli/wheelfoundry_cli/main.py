@@ -16,7 +16,7 @@ from typing import Any
 
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.errors import Issue, RequestInvalid
 from wheelfoundry.jobs import Plan
 from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
@@ -30,7 +30,8 @@ from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
-    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config)
+    record = _calibration(args.calibration)
+    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record)
     checked = quota_lines([*plan.jobs, *plan.tests], config, args.quota, args.max_concurrency)  # as Validate
     sizes, size_lines = _wheel_sizes(plan, args.sizes_from)
     if args.json:
@@ -50,6 +51,20 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
         print("\n".join(f"  - {issue}" for issue in issues))
     return 0
+
+
+def _calibration(path: str | None) -> dict[str, Any] | None:
+    """--calibration: a source's recorded cells as Report keeps them (s3://<bucket>/calibration/<key>.json)."""
+    if not path:
+        return None
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("cells"), list):
+            raise ValueError("no list of cells")
+    except (OSError, ValueError) as exc:
+        allowed = ("a calibration record: {'scope': ..., 'cells': [...]}",)
+        raise RequestInvalid([Issue("--calibration", f"{path}: {exc}", path, allowed)]) from exc
+    return record
 
 
 def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
@@ -121,6 +136,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     plan.add_argument(
         "--sizes-from", metavar="DIR", help="merged wheels of an earlier run (wheelfoundry fetch): measured cell sizes"
+    )
+    plan.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="an earlier run's record of this source (calibration/<key>.json in the bucket): plan by its cells",
     )
     add_builder_flags(plan)
     add_quota_flags(plan)
