@@ -7,7 +7,8 @@ plays this host on a machine without a GPU; there WF_GPU_PROBE may name another 
 For each (Python, torch) group of the job's collected wheels it makes the environment a user would
 have (torch from the job's index, its nvidia-* libraries from pip; a framework job's own torch wheel
 with its Requires-Dist), installs the wheels into a fresh venv over it and runs wfbuild.gpu_test
-(the extension's own tests too, from its source). The reports go to ``<job prefix>gpu-test.json``
+(the extension's own tests too, from its source: the request's ``test`` command where it names one, else
+its tests/ folder). The reports go to ``<job prefix>gpu-test.json``
 and ``gpu-test.log``; the task token gets the verdict: ``failed`` fails it (GpuTestFailed: nothing of
 the job is published); ``passed``, ``not-testable`` and, in emulation only, ``skipped-in-emulation``
 succeed. A real GPU host whose torch sees no GPU fails: a broken driver is never a pass.
@@ -114,20 +115,34 @@ class GpuHost:
             requirements.write_text("\n".join(needs) + "\n", encoding="utf-8")
         return envs.create(dest, group["python"], (), requirements=requirements, cache_dir=cache_dir)
 
-    def source_tests(self, job: Mapping[str, Any]) -> Path | None:
+    def package_tests(self, job: Mapping[str, Any]) -> list[str]:
+        """gpu_test's arguments for the package's own tests: the request's ``test`` where it names one (as
+        the test job's smoke runs it, now with the GPU visible), else the source's tests/ folder, if any."""
         ext = job.get("extension") or {}
         if not ext.get("source_s3"):
-            return None
+            return []
         url = safety.check(safety.S3_URL, ext["source_s3"], "extension.source_s3")
         dest = self.work / "src"
         subprocess.run([sys.executable, "-m", "wfbuild.source", "--s3", url, "--dest", str(dest)], check=True)
-        tests = dest / (ext.get("subdirectory") or "") / "tests"
-        return tests if tests.is_dir() else None
+        package = (
+            dest / safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
+            if ext.get("subdirectory")
+            else dest
+        )
+        if ext.get("test_command"):
+            args = ["--project", str(dest), "--package", str(package)]
+            args += [f"--test-require={safety.check(safety.REQUIREMENT, r, 'test.requires')}"
+                     for r in ext.get("test_requires") or ()]  # fmt: skip
+            return args + [
+                f"--test-arg={safety.check(safety.TEST_ARG, a, 'test.command')}" for a in ext["test_command"]
+            ]
+        tests = package / "tests"
+        return ["--tests", str(tests)] if tests.is_dir() else []
 
     def test(self, job: Mapping[str, Any]) -> dict[str, Any]:
         wheels = self.fetch_wheels()
         self.log.note(f"GPU test of {job['id']}: {len(wheels)} wheel(s), arch list {job.get('arch_list')}")
-        tests = self.source_tests(job)
+        tests = self.package_tests(job)
         reports = []
         for i, group in enumerate(groups(job, wheels)):
             folder = self.work / f"group{i}"
@@ -137,7 +152,7 @@ class GpuHost:
             base = self.base_env(job, group, folder / "base")
             argv = ["--wheel-dir", str(folder / "wheels"), "--arch-list", str(job.get("arch_list") or "")]
             argv += ["--work-dir", str(folder / "run"), "--report", str(folder / "report.json")]
-            argv += ["--base-python", str(base / "bin" / "python")] + (["--tests", str(tests)] if tests else [])
+            argv += ["--base-python", str(base / "bin" / "python"), *tests]
             if self.emulated and self.environ.get("WF_GPU_PROBE"):
                 argv += ["--probe", self.environ["WF_GPU_PROBE"]]
             proc = subprocess.run([sys.executable, "-m", "wfbuild.gpu_test", *argv], capture_output=True, text=True)

@@ -1,7 +1,8 @@
 """Test a CUDA job's wheels on a GPU, as a user would meet them: a fresh venv, the matching torch, the wheels.
 
 ``python -m wfbuild.gpu_test --wheel-dir DIR --arch-list "8.0;9.0" --work-dir DIR --report FILE
-[--python PY] [--torch "torch==2.11.0"] [--index-url URL ...] [--base-python PY] [--tests DIR]``
+[--python PY] [--torch "torch==2.11.0"] [--index-url URL ...] [--base-python PY] [--tests DIR]
+[--project DIR --package DIR --test-require REQ... --test-arg ARG...]``
 
 Without ``--base-python`` the venv is self-contained: the wheels and ``--torch`` come from the given
 indexes with their dependencies, so a slim wheel gets its nvidia-* libraries from pip as a user's does.
@@ -10,18 +11,21 @@ that venv's site-packages and the wheels are installed offline without dependenc
 venv from a folder outside any source tree and reports a verdict (see there); the report (JSON) names
 the GPU, its compute capability, each check and the log's tail. Exit 1 only for ``failed``: ``passed``,
 ``not-testable`` and ``no-device`` are outcomes the caller records, not errors of this program.
+With ``--test-arg`` (the request's ``test.command``), a passed probe is followed by the package's own
+tests (wfbuild.package_tests) in the same venv with the GPU visible; their failure fails the test.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from wfbuild import envs, wheelfile
+from wfbuild import envs, package_tests, wheelfile
 
 PROBE = Path(__file__).with_name("gpu_probe.py")
 SMOKE_GROUP = "wheelfoundry_smoke"
@@ -103,6 +107,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     proc = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
     lines = (proc.stdout + proc.stderr).splitlines()
     result = summary(lines)
+    if args.test_arg and result["verdict"] == "passed":  # the request's own test command, the GPU visible
+        tests = package_tests.PackageTests(tuple(args.test_arg), tuple(args.test_require), args.project, args.package)
+        ok, detail = package_tests.run(venv, tests, dict(os.environ))
+        result["checks"].append({"check": "package tests", "ok": ok, "detail": detail})
+        if not ok:
+            result |= {"verdict": "failed", "failed": "package tests", "detail": f"check 'package tests': {detail}"}
     result |= {"wheels": [w.name for w in wheels], "arch_list": args.arch_list, "log_tail": lines[-TAIL_LINES:]}
     return result
 
@@ -117,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch", action="append", default=[], help="requirement(s) installed with the wheels")
     parser.add_argument("--index-url", action="append", default=[], help="first: --index-url, then extra")
     parser.add_argument("--base-python", help="an interpreter holding the machine's CUDA torch (offline mode)")
-    parser.add_argument("--tests", type=Path, help="the package's tests, run with the GPU visible")
+    parser.add_argument("--tests", type=Path, help="the package's tests/ folder, run with the GPU visible")
+    # The request's "test" (wfbuild.package_tests), instead of the tests/ folder: as the test job's smoke runs it
+    parser.add_argument("--project", type=Path, help="the source's root ({project})")
+    parser.add_argument("--package", type=Path, help="the folder of its setup.py ({package})")
+    parser.add_argument("--test-require", action="append", default=[], help="test.requires, one each")
+    parser.add_argument("--test-arg", action="append", default=[], help="test.command, one argument each")
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--probe", type=Path, default=PROBE, help=argparse.SUPPRESS)  # the emulator's stand-in GPU
     args = parser.parse_args(argv)

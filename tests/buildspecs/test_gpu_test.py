@@ -95,3 +95,39 @@ def test_a_wheel_that_does_not_install_fails_at_install(tmp_path: Path) -> None:
     argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w")]
     assert gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable]) == 1
     assert json.loads(report.read_text())["failed"] == "install"
+
+
+PASSING_PROBE = (
+    "import json\n"
+    'print("WF-GPU " + json.dumps({"verdict": "passed", "gpu": "Stand-in GPU", "capability": "9.0", '
+    '"detail": "stand-in"}))\n'
+)
+
+
+@pytest.mark.parametrize("expected,ok", [(42, True), (41, False)])
+def test_the_requests_test_command_runs_after_a_passed_probe_and_its_failure_fails_the_gpu_test(
+    tmp_path: Path, expected: int, ok: bool
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    project = tmp_path / "src"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_value.py").write_text(
+        f"import wf_gpu_probe_demo\n\ndef test_value():\n    assert wf_gpu_probe_demo.VALUE == {expected}\n"
+    )
+    probe = tmp_path / "probe.py"
+    probe.write_text(PASSING_PROBE)
+    report = tmp_path / "report.json"
+    argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w"), "--probe", str(probe)]
+    argv += ["--project", str(project), "--package", str(project), "--report", str(report)]
+    argv += ["--test-arg=-m", "--test-arg=pytest", "--test-arg=-q", "--test-arg=-p", "--test-arg=no:cacheprovider"]
+    argv += ["--test-arg={project}/tests", "--base-python", sys.executable]
+    code = gpu_test.main(argv)
+    result = json.loads(report.read_text())
+    (check,) = [c for c in result["checks"] if c["check"] == "package tests"]
+    if ok:
+        assert code == 0 and result["verdict"] == "passed" and check["ok"] and "1 passed" in check["detail"], result
+    else:
+        assert code == 1 and result["verdict"] == "failed" and result["failed"] == "package tests", result
+        assert "FAILED" in check["detail"] and "test_value" in result["detail"], result
