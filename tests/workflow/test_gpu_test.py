@@ -112,6 +112,47 @@ def test_a_failed_gpu_test_publishes_nothing_and_names_the_gpu_and_the_check(
     assert f"GPU test of {TEST_JOB} (gpu-test.log)" in log and "FAIL package tests" in log, log
 
 
+PASSING = """
+import json
+print("WF-GPU " + json.dumps({"verdict": "passed", "gpu": "Emulated L4", "capability": "8.9", "detail": "ok"}))
+"""
+# Passes where the GPU is hidden (the test job's smoke: CUDA_VISIBLE_DEVICES=""), fails where it is visible:
+# so only a GPU step that runs the request's own command can fail this run.
+ON_GPU_ONLY = """import os
+
+import wf_tiny_ext
+
+
+def test_scale_on_the_gpu():
+    assert wf_tiny_ext is not None
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == "", "failing on purpose where the GPU is visible"
+"""
+
+
+def test_the_gpu_step_runs_the_requests_test_command_and_its_failure_publishes_nothing(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    stand_in(aws, tmp_path, PASSING)  # the GPU probe passes: what fails is the package's own test
+    folder = source(tmp_path)
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_on_gpu.py").write_text(ON_GPU_ONLY)
+    request = gpu_request(upload(aws, stack, folder))
+    request["test"] = {
+        "requires": ["pytest"],
+        "command": ["-m", "pytest", "-q", "-p", "no:cacheprovider", "{project}/tests"],
+    }
+    arn = aws.start_execution(stack.state_machine_arn, request)
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.status == "FAILED", (result.error, result.cause)
+    cause = result.cause or ""
+    assert "GpuTestFailed" in cause and "check 'package tests'" in cause and "test_scale_on_the_gpu" in cause, cause
+    assert not s3_keys(aws, stack, "wheels/ci/"), "a failed GPU test publishes nothing"
+    run_id = arn.rsplit(":", 1)[1]
+    gpu = s3_json(aws, stack, f"runs/{run_id}/jobs/{TEST_JOB}/result.json")["gpu_test"]
+    assert gpu["verdict"] == "failed" and gpu["groups"][0]["failed"] == "package tests", gpu
+    assert all(state == "terminated" for _, _, state in phases(aws, arn))
+
+
 def test_a_gpu_test_past_its_time_limit_ends_and_publishes_nothing(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
