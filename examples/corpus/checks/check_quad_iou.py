@@ -1,7 +1,7 @@
 """quad-iou-fixed: the IoU of quadrilaterals (the C++ op, OpenMP over the pairs) against plain torch.
 
-The compiled code is a Python extension module, quad_iou/_C.cpython-*.so, imported by name; it links
-libgomp (setup.py passes -fopenmp to the linker too), which auditwheel grafts into quad_iou_fixed.libs/.
+The compiled code is a Python extension module, quad_iou/_C (abi3), imported by name; it links libgomp
+(setup.py passes -fopenmp to the linker too), which auditwheel grafts into quad_iou_fixed.libs/.
 Axis-aligned rectangles (given as quadrilaterals, vertices in either order) have a closed-form IoU, the
 reference; a rotated square against itself is 1.
 """
@@ -31,12 +31,13 @@ def as_quads(b: torch.Tensor) -> torch.Tensor:
 
 
 def iou_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(len(b), len(a)): IoU of each rectangle of b with each of a, as calculate_iou orders it."""
-    lo = torch.maximum(b[:, None, :2], a[None, :, :2])
-    hi = torch.minimum(b[:, None, 2:], a[None, :, 2:])
+    """(len(a), len(b)): IoU of each rectangle of a with each of b (the op's order; its docstring says the
+    transpose)."""
+    lo = torch.maximum(a[:, None, :2], b[None, :, :2])
+    hi = torch.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = (hi - lo).clamp(min=0).prod(-1)
     area = lambda r: (r[:, 2:] - r[:, :2]).prod(-1)  # noqa: E731
-    return inter / (area(b)[:, None] + area(a)[None, :] - inter)
+    return inter / (area(a)[:, None] + area(b)[None, :] - inter)
 
 
 def check_rectangles() -> None:
@@ -55,11 +56,15 @@ def check_unsorted_rotated() -> None:
 
 
 def check_libgomp_grafted() -> None:
-    libs = Path(quad_iou.__file__).resolve().parent.parent / "quad_iou_fixed.libs"
-    grafted = sorted(p.name for p in libs.glob("libgomp*")) if libs.is_dir() else []
+    """The op ran (above), so its module is loaded, and with it the libgomp auditwheel grafted beside it
+    (renamed libgomp-<hash>.so*, found through the module's RPATH $ORIGIN/../quad_iou_fixed.libs, whether the
+    wheel is per-cell or merged: there the build's folder holds both)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    grafted = sorted({line.split()[-1] for line in maps if "quad_iou_fixed.libs/libgomp-" in line})
     if not grafted:
-        raise AssertionError(f"no libgomp in {libs}: auditwheel grafted nothing")
-    print(f"ok   {libs.name}/: {', '.join(grafted)} (auditwheel's graft, loaded through the module's RPATH)")
+        raise AssertionError("no grafted libgomp (quad_iou_fixed.libs/libgomp-*) is mapped in this process")
+    where = Path(grafted[0])
+    print(f"ok   {where.parent.parent.name}/{where.parent.name}/{where.name} is loaded (auditwheel's graft)")
 
 
 if __name__ == "__main__":
