@@ -199,7 +199,12 @@ def test_an_aborted_execution_is_reaped(aws: EmbeddedAws, stack: DeployedStack, 
     aws.client("stepfunctions").stop_execution(executionArn=arn, error="Cancelled", cause="by the test")
     wait_for(lambda: not aws.instances(), timeout=30, what="the execution-status reaper")
     assert aws.wait_execution(arn, timeout=10).status == "ABORTED"
-    reaped = [d for d in aws.events.deliveries() if d.event.get("detail", {}).get("status") == "ABORTED"]
+    # A delivery is recorded once the reaper has returned, a moment after its TerminateInstances
+    reaped = wait_for(
+        lambda: [d for d in aws.events.deliveries() if d.event.get("detail", {}).get("status") == "ABORTED"],
+        timeout=30,
+        what="the ABORTED status event to reach the reaper",
+    )
     assert reaped, "the ABORTED status event reached the reaper"
     assert [i["InstanceId"] for i in launched_by(aws, arn)] == [instance]
 
