@@ -10,10 +10,13 @@ CHECKOV_VERSION := 3.3.30
 
 .PHONY: demo test test-heavy corpus lint venv sam checkov clean docker docker-stop
 
-$(STAMP): pyproject.toml examples/extension/setup.py
+$(STAMP): pyproject.toml examples/extension/setup.py functions/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
+	# The Lambda bundle's lock holds the tests to the versions Lambda runs (jsonschema, packaging and their
+	# closure): as constraints, without its hashes (pip's hash mode refuses the editable install).
+	sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' functions/requirements.txt > $(VENV)/lambda-constraints.txt
+	$(BIN)/python -m pip install --quiet --no-compile -c $(VENV)/lambda-constraints.txt -e '.[dev]'
 	# The example extension's own tests import it: build it once against the CPU torch here.
 	$(BIN)/python -m pip install --quiet --no-build-isolation ./examples/extension
 	touch $(STAMP)

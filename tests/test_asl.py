@@ -115,7 +115,37 @@ def test_map_runs_jobs_as_child_executions_and_tolerates_failures() -> None:
     assert begin["Next"] == "BuildJobs" and begin["Parameters"]["phase"] == "test"
     assert begin["Parameters"]["jobs.$"] == "$.merge.test_jobs"
     # signing provenance never keeps the index from being published (docs/provenance.md)
-    assert asl()["States"]["Attest"]["Catch"][0]["Next"] == asl()["States"]["Attest"]["Next"] == "PublishIndex"
+    assert asl()["States"]["Attest"]["Catch"][-1]["Next"] == asl()["States"]["Attest"]["Next"] == "PublishIndex"
+    assert asl()["States"]["Attest"]["Catch"][-1]["ErrorEquals"] == ["States.ALL"]
+
+
+def test_a_merged_wheel_that_failed_its_test_falls_back_to_the_cell_wheels_once() -> None:
+    states = asl()["States"]
+    # Attest's evidence (wheelfoundry.aws.fallback): back to Merge, which stages the cell wheels for new test jobs.
+    assert states["Attest"]["Catch"][0] == {
+        "ErrorEquals": ["MergedWheelFailed"],
+        "ResultPath": "$.fallback",
+        "Next": "Remerge",
+    }
+    remerge = states["Remerge"]
+    assert remerge["Parameters"]["FunctionName"] == "${MergeFunctionArn}"
+    assert remerge["Parameters"]["Payload"]["fallback.$"] == "$.fallback"
+    assert remerge["Parameters"]["Payload"]["failed_tests.$"] == "$.jobs"
+    assert remerge["ResultPath"] == "$.merge" and remerge["Next"] == "TestsOrAttest"
+    assert remerge["ResultSelector"] == states["Merge"]["ResultSelector"]
+    # A failed fallback signs nothing: no test jobs to sign for, and Report names the merge's error.
+    assert remerge["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.merge", "Next": "FallbackFailed"}]
+    assert states["FallbackFailed"] == {
+        **states["FallbackFailed"],
+        "Result": [],
+        "ResultPath": "$.jobs",
+        "Next": "Attest",
+    }
+    # Once per run: Attest sees the fallback in its input, so every state that rebuilds the state keeps it.
+    assert states["Validate"]["ResultSelector"]["fallback.$"] == "$.Payload.fallback"
+    for name in ("AfterBuilds", "BeginTests"):
+        assert states[name]["Parameters"]["fallback.$"] == "$.fallback", name
+    assert states["Attest"]["Parameters"]["Payload"]["fallback.$"] == "$.fallback"
     assert asl()["States"]["PublishIndex"]["Catch"][0]["Next"] == "UploadOrImages"
     # no options.publish: no upload (issue 31); an upload's failure is caught and Report names it
     upload = asl()["States"]["UploadOrImages"]

@@ -174,10 +174,12 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
     plan = farm.get_json(f"runs/{name}/plan.json") or {}
     running = status == "RUNNING"
     instances = farm.instances(described["executionArn"]) if plan.get("jobs") else []
-    # An extension run's test jobs (the published bytes, after Merge) follow its build jobs.
-    ids = [*plan.get("jobs", []), *plan.get("tests", [])]
-    jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in ids]
+    # An extension run's test jobs (the published bytes, after Merge) follow its build jobs; after a layout
+    # fallback (wheelfoundry.aws.fallback) the per-cell retests follow those.
     merge = farm.get_json(f"runs/{name}/merge.json") or {}
+    retests = (merge.get("fallback") or {}).get("retests") or []
+    ids = [*plan.get("jobs", []), *plan.get("tests", []), *retests]
+    jobs = [job_row(farm, name, job_id, stopped, instances) for job_id in ids]
     report = farm.get_json(f"runs/{name}/report.json") if not running else None
     failures = run_failures(farm.get_json, name) if report and report.get("failed") else []
     return {

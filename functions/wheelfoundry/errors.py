@@ -104,6 +104,11 @@ class PublishFailed(WheelFoundryError):
     """The upload to the publish target could not run or the index refused it (credentials, network, twine)."""
 
 
+class MergedWheelFailed(WheelFoundryError):
+    """A merged wheel failed the test of its published bytes in a run that left the layout to the farm
+    (``layout: auto``): Attest signs nothing and the state machine stages the cell wheels instead."""
+
+
 class JobsFailed(WheelFoundryError):
     """Raised by Report when one or more jobs failed; names each one and why."""
 
@@ -130,6 +135,7 @@ ASL_ERROR_NAMES = frozenset(
         BuildFailed,
         BuildCommandFailed,
         ManifestInvalid,
+        MergedWheelFailed,
         JobsFailed,
     )
 )

@@ -95,8 +95,17 @@ def _files(path: Path) -> list[str]:
         return [i.filename for i in zf.infolist() if not i.is_dir()]
 
 
-def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[str, Any]:
-    """Write what the run will publish into its test jobs' prefixes; publish nothing (the test jobs do)."""
+def stage_run(
+    event: dict[str, Any],
+    s3: Any,
+    work: Path | None = None,
+    layout: tuple[str, str] | None = None,
+    note: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write what the run will publish into its test jobs' prefixes; publish nothing (the test jobs do).
+
+    ``layout``: (layout, why) decided already (wheelfoundry.aws.fallback); ``note``: more for merge.json.
+    """
     run = event["run"]
     bucket = run["bucket"]
     serving = _test_jobs(s3, bucket, event.get("test_jobs") or [])
@@ -117,7 +126,7 @@ def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[
                 )
             local = _download(s3, bucket, Path(tmp), cells)
             files = [f for path in local.values() for f in _files(path)]
-            out["layout"], out["layout_reason"] = choose_layout(str(run.get("layout") or "auto"), files)
+            out["layout"], out["layout_reason"] = layout or choose_layout(str(run.get("layout") or "auto"), files)
             if out["layout"] == "merged":
                 _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
             else:
@@ -132,7 +141,8 @@ def stage_run(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[
             mine = [w for w in out["wheels"] if w["test_job"] == test["id"]]
             s3.put_object(Bucket=bucket, Key=f"{test['prefix']}staged.json", Body=json.dumps(mine, indent=1).encode())
             out["test_jobs"].append(test)
-    s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/merge.json", Body=json.dumps(out, indent=2).encode())
+    record = {**out, **(note or {})}
+    s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/merge.json", Body=json.dumps(record, indent=2).encode())
     return out
 
 

@@ -248,4 +248,5 @@ def validate(
         "images": images,
         "image_builds": [],  # BuildImages' results (one per image job) when the run has images
         "upload": {"status": "not requested"},  # the Upload state's result when options.publish names a target
+        "fallback": None,  # Attest's MergedWheelFailed when a merged wheel failed its test (wheelfoundry.aws.fallback)
     }
