@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from wheelfoundry_cli.index_server import serving
 
-from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, source, upload
+from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, source, upload, wait_for
 from tests.workflow.test_merged import user_venv
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.failures import render, run_failures
+from wheelfoundry_user.farm import Farm
+from wheelfoundry_user.status import render_status, run_status
 
 pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +118,8 @@ def test_a_merged_wheel_whose_import_fails_is_neither_published_nor_signed(
 ) -> None:
     folder = source(tmp_path, {"wf_tiny_ext/__init__.py": BY_PATH_INIT})
     uri = upload(aws, stack, folder)
-    result = run(aws, stack, extension_request(uri, torch=["2.13", "2.14"]), timeout=900)
+    # Asked for merged explicitly: no fallback to the cell wheels (layout auto's is the next test).
+    result = run(aws, stack, extension_request(uri, torch=["2.13", "2.14"], layout="merged"), timeout=900)
     assert result.status == "FAILED" and result.error == "JobsFailed"
     # The build tool's line: the job, the stage, the cause (the wheel, the cell, the ImportError), the log.
     assert "wf-tiny-ext-test-cp311-x86_64" in (result.cause or "")
@@ -135,7 +138,75 @@ def test_a_merged_wheel_whose_import_fails_is_neither_published_nor_signed(
     assert [w["smoke"] for w in build["wheels"]] == ["passed", "passed"]
     assert s3_keys(aws, stack, "wheels/ci/") == []
     assert report["provenance"].get("signed") == []
+    assert "fallback" not in s3_json(aws, stack, f"runs/{run_id}/merge.json")
     assert not [i for i in launched_by(aws, result.arn, tests=True) if i["State"]["Name"] != "terminated"]
+
+
+def test_layout_auto_falls_back_to_the_cell_wheels_when_the_merged_wheel_fails_its_test(
+    aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
+) -> None:
+    # The static check passes (its module is a cpython-tagged extension module); only the test of the
+    # merged bytes shows that the package finds it by path. That evidence makes auto publish per cell.
+    folder = source(tmp_path, {"wf_tiny_ext/__init__.py": BY_PATH_INIT})
+    result = run(aws, stack, extension_request(upload(aws, stack, folder), torch=["2.13", "2.14"]), timeout=1200)
+    retest = "wf-tiny-ext-test-cp311-x86_64-per-cell"
+    assert result.succeeded, (result.cause, _test_log(aws, stack, result.arn, retest))
+    run_id, bucket = _run_id(result.arn), stack.outputs["WheelBucketName"]
+    report = s3_json(aws, stack, f"runs/{run_id}/report.json")
+    assert report["layout"]["chosen"] == "per-cell"
+    why = report["layout"]["why"]
+    assert why.startswith("the merged wheel failed the test of its published bytes (wf-tiny-ext-test-cp311-x86_64: "), (
+        why
+    )
+    assert "check 'import wf_tiny_ext': ImportError: Could not find module '_core'" in why, why
+    fallback = s3_json(aws, stack, f"runs/{run_id}/merge.json")["fallback"]
+    assert fallback["retests"] == [retest] and fallback["withdrawn"] == []  # the merged pass published nothing
+    # The merged pass's record stays readable; the retest passed the cell wheels, which are what went out.
+    first = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/result.json")
+    assert first["status"] == "failed" and first["error"] == "BuildFailed"
+    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/{retest}/manifest.json")
+    assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [
+        ("0.1.0+pt213cpu", "passed"),
+        ("0.1.0+pt214cpu", "passed"),
+    ]
+    wheels = sorted(k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl"))
+    assert [k.rsplit("/", 1)[1].split("-")[1] for k in wheels] == ["0.1.0+pt213cpu", "0.1.0+pt214cpu"]
+    assert sorted(report["provenance"]["signed"]) == [k.rsplit("/", 1)[1] for k in wheels]
+    # `wheelfoundry status`: the layout and why, and the retest job among the jobs.
+    farm = Farm(stack.name, endpoint_url=aws.endpoint, region=aws.region)
+    shown = render_status(run_status(farm, run_id))
+    assert "layout per-cell: the merged wheel failed the test of its published bytes" in shown, shown
+    assert retest in shown, shown
+    # Build, merged test, retest: three instances, all ended.
+    assert sorted(i["State"]["Name"] for i in launched_by(aws, result.arn, tests=True)) == ["terminated"] * 3
+    with serving(aws.client("s3"), bucket) as base:
+        venv = user_venv(aws, "2.14.1", tmp_path / "venv")
+        argv = [str(venv / "bin" / "python"), "-m", "pip", "install", "--isolated", "--no-index"]
+        installed = subprocess.run(
+            [*argv, "-f", f"{base}/simple/ci/torch-2.14.1+cpu.html", "wf-tiny-ext"], capture_output=True, text=True
+        )
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        code = "import wf_tiny_ext, importlib.metadata as m; print(wf_tiny_ext.add(2, 3), m.version('wf-tiny-ext'))"
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
+        assert out.stdout.split() == ["5", "0.1.0+pt214cpu"], out.stderr
+
+
+def test_a_failed_fallback_signs_and_publishes_nothing(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
+    folder = source(tmp_path, {"wf_tiny_ext/__init__.py": BY_PATH_INIT})
+    arn = aws.start_execution(stack.state_machine_arn, extension_request(upload(aws, stack, folder)))
+    # The first Merge has staged the merged wheel; the second call (Remerge) fails past its retries.
+    wait_for(lambda: aws.invocations.of("MergeFunction"), timeout=600, what="the first Merge")
+    aws.faults.inject("MergeFunction", "Boom")
+    result = aws.wait_execution(arn, timeout=900)
+    assert result.status == "FAILED" and result.error == "JobsFailed"
+    assert "merge: Boom" in (result.cause or ""), result.cause
+    run_id = _run_id(arn)
+    assert s3_json(aws, stack, f"runs/{run_id}/report.json")["provenance"].get("signed") == []
+    assert (
+        s3_keys(aws, stack, "wheels/ci/") == []
+        and s3_keys(aws, stack, f"runs/{run_id}/jobs/{'wf-tiny-ext-test-cp311-x86_64-per-cell'}") == []
+    )
+    assert sorted(i["State"]["Name"] for i in launched_by(aws, arn, tests=True)) == ["terminated"] * 2
 
 
 def test_an_explicit_merged_layout_that_cannot_serve_the_package_publishes_nothing(
