@@ -189,3 +189,16 @@ def test_codebuild_refused_exits_2(tmp_path: Path) -> None:
     result = run("plan", str(tmp_path / "r.json"))
     assert result.returncode == 2
     assert "  - options.executor: 'codebuild' cannot build torch2.5.1-cuda12.4-x86_64:" in result.stderr
+
+
+def test_plan_says_what_each_layout_does_when_the_merged_wheel_fails_its_test(tmp_path: Path) -> None:
+    request = json.loads((ROOT / "examples/requests/extension-demo.json").read_text())
+    shown = {}
+    for layout in ("auto", "merged"):
+        path = tmp_path / f"{layout}.json"
+        path.write_text(json.dumps({**request, "layout": layout}))
+        result = run("plan", str(path))
+        assert result.returncode == 0, result.stderr
+        shown[layout] = " ".join(result.stdout.split())
+    assert "a merged wheel that fails the test of its published bytes gives way to the cell wheels" in shown["auto"]
+    assert "or the merged wheel fails its test" in shown["merged"], shown["merged"]

@@ -93,9 +93,10 @@ def render_images(plan: Plan) -> list[str]:
 LAYOUTS = {
     "auto": "merged (one wheel per Python and platform, the build picked at import) unless a compiled file is a "
     "library the package loads by path; then per-cell wheels with +pt<XY><variant> labels, one index and "
-    "find-links page per (torch, CUDA) (decided from the cell wheels, after the build)",
+    "find-links page per (torch, CUDA) (decided from the cell wheels, after the build); a merged wheel that "
+    "fails the test of its published bytes gives way to the cell wheels, tested again (one more test job each)",
     "merged": "merged (one wheel per Python and platform); refused after the build, publishing nothing, if a "
-    "compiled file is a library the package loads by path",
+    "compiled file is a library the package loads by path or the merged wheel fails its test",
     "per-cell": "per-cell wheels, one index and find-links page per (torch, CUDA)",
 }
 
