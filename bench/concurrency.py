@@ -26,6 +26,7 @@ errors (Lambda.TooManyRequestsException reaching a state); instances and builds 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -127,6 +128,18 @@ def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: 
     }
 
 
+def code_digest() -> str:
+    """What the embedded AWS imports and deploys (handlers, runner, emulator, template, ASL): an edit under a
+    running bench mixes old and new modules in one process, which voids its figures."""
+    digest = hashlib.sha256()
+    for folder in ("functions", "buildspecs", "local", "statemachine"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    digest.update((ROOT / "template.yaml").read_bytes())
+    return digest.hexdigest()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
@@ -138,6 +151,7 @@ def main() -> int:
     from wheelfoundry_local import EmbeddedAws
 
     load = os.getloadavg()
+    code = code_digest()
     rows = []
     state = Path(tempfile.mkdtemp(prefix="wf-bench-conc-"))
     try:
@@ -164,6 +178,9 @@ def main() -> int:
         f"(events_per_run: min/median/max of the parent history; quota {args.quota} vCPUs = "
         f"{args.quota // 16} hosts at once; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
     )
+    if code != code_digest():
+        print("\nVOID: the source tree changed during the run (the handlers import from it); no result written")
+        return 2
     out = ROOT / "bench" / "results" / f"concurrency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "loadavg_before": load}
