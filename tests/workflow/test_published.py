@@ -67,6 +67,18 @@ def _test_log(aws: EmbeddedAws, stack: DeployedStack, arn: str, job: str) -> str
     return body.decode(errors="replace")[-6000:]
 
 
+def _tested_and_published(
+    aws: EmbeddedAws, stack: DeployedStack, run_id: str, test_job: str, project: str, version: str
+) -> list[str]:
+    """The test job passed both cell wheels (torch 2.13 and 2.14), and they are what the channel holds."""
+    labels = [f"{version}+pt213cpu", f"{version}+pt214cpu"]
+    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/{test_job}/manifest.json")
+    assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [(v, "passed") for v in labels]
+    wheels = sorted(k for k in s3_keys(aws, stack, f"wheels/ci/{project}/") if k.endswith(".whl"))
+    assert [k.rsplit("/", 1)[1].split("-")[1] for k in wheels] == labels
+    return wheels
+
+
 def test_a_path_loading_package_is_published_per_cell_and_imports_after_pip_install(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -83,13 +95,7 @@ def test_a_path_loading_package_is_published_per_cell_and_imports_after_pip_inst
     assert "wf_pathload/_ops_cpu.so is a shared library the package loads by path" in report["layout"]["why"]
     # One build job (both cells on one host) and one test job (Python 3.11): two instances, both ended.
     assert len(launched_by(aws, result.arn, tests=True)) == 2
-    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-pathload-test-cp311-x86_64/manifest.json")
-    assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [
-        ("0.3.0+pt213cpu", "passed"),
-        ("0.3.0+pt214cpu", "passed"),
-    ]
-    wheels = sorted(k for k in s3_keys(aws, stack, "wheels/ci/wf-pathload/") if k.endswith(".whl"))
-    assert [k.rsplit("/", 1)[1].split("-")[1] for k in wheels] == ["0.3.0+pt213cpu", "0.3.0+pt214cpu"]
+    wheels = _tested_and_published(aws, stack, run_id, "wf-pathload-test-cp311-x86_64", "wf-pathload", "0.3.0")
     signed = s3_keys(aws, stack, "wheels/ci/wf-pathload/")
     assert all(f"{k}.provenance.json" in signed for k in wheels)
     pages = s3_keys(aws, stack, "simple/ci/torch-")
@@ -164,13 +170,7 @@ def test_layout_auto_falls_back_to_the_cell_wheels_when_the_merged_wheel_fails_i
     # The merged pass's record stays readable; the retest passed the cell wheels, which are what went out.
     first = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-tiny-ext-test-cp311-x86_64/result.json")
     assert first["status"] == "failed" and first["error"] == "BuildFailed"
-    tested = s3_json(aws, stack, f"runs/{run_id}/jobs/{retest}/manifest.json")
-    assert sorted((w["version"], w["smoke"]) for w in tested["wheels"]) == [
-        ("0.1.0+pt213cpu", "passed"),
-        ("0.1.0+pt214cpu", "passed"),
-    ]
-    wheels = sorted(k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl"))
-    assert [k.rsplit("/", 1)[1].split("-")[1] for k in wheels] == ["0.1.0+pt213cpu", "0.1.0+pt214cpu"]
+    wheels = _tested_and_published(aws, stack, run_id, retest, "wf-tiny-ext", "0.1.0")
     assert sorted(report["provenance"]["signed"]) == [k.rsplit("/", 1)[1] for k in wheels]
     # `wheelfoundry status`: the layout and why, and the retest job among the jobs.
     farm = Farm(stack.name, endpoint_url=aws.endpoint, region=aws.region)
