@@ -25,20 +25,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelfoundry.aws.merging import stage_run
+from wheelfoundry.aws.merging import _json, stage_run
 
 VERDICT = "PUBLISHED WHEEL FAILED: "
 RETEST_SUFFIX = "-per-cell"
-
-
-def _json(s3: Any, bucket: str, key: str) -> Any:
-    try:
-        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    except (ClientError, ValueError):
-        return None
 
 
 def marker_key(run: dict[str, Any]) -> str:
