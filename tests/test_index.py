@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import urllib.request
 from typing import Any
@@ -12,7 +13,8 @@ import pytest
 from moto import mock_aws
 from wheelfoundry_cli.index_server import object_key, serving
 
-from wheelfoundry.index import IndexFile, publish_index, render_project, render_root
+from wheelfoundry.errors import IndexConflict
+from wheelfoundry.index import STATE, IndexFile, publish_index, render_project, render_root
 
 BUCKET = "wheel-bucket-test"
 
@@ -103,3 +105,70 @@ def test_proxy_serves_pages_and_wheels(s3: Any) -> None:
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{base}/runs/secret.json")
         assert missing.value.code == 404
+
+
+class _Racing:
+    """An S3 client where another run publishes (wheel and whole index) right after this one's first page."""
+
+    def __init__(self, s3: Any, other: Any) -> None:
+        self._s3, self._other, self.heads = s3, other, 0
+
+    def put_object(self, **kw: Any) -> Any:
+        other, self._other = self._other, None
+        result = self._s3.put_object(**kw)
+        if other is not None:
+            other()
+        return result
+
+    def head_object(self, **kw: Any) -> Any:
+        self.heads += 1
+        return self._s3.head_object(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+
+def test_runs_publishing_into_one_channel_at_once_lose_no_wheel(s3: Any) -> None:
+    _put_wheel(s3, "release", "wf_example_ops-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl", b"one")
+
+    def other_run() -> None:  # lands its wheel after this publish listed, and publishes in full
+        _put_wheel(s3, "release", "wf_example_ops-0.2.0-cp311-cp311-manylinux_2_28_x86_64.whl", b"two")
+        assert publish_index(s3, BUCKET, "release")["attempts"] == 1
+
+    paused: list[int] = []
+    result = publish_index(_Racing(s3, other_run), BUCKET, "release", pause=paused.append)
+    assert result["attempts"] == 2 and paused == [0]  # its state write lost the race: it listed again
+    page = s3.get_object(Bucket=BUCKET, Key="simple/release/wf-example-ops/")["Body"].read().decode()
+    assert "0.1.0" in page and "0.2.0" in page
+
+
+def test_a_publish_that_never_gets_its_turn_fails_naming_the_channel(s3: Any) -> None:
+    _put_wheel(s3, "release", "wf_example_ops-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl", b"one")
+    publish_index(s3, BUCKET, "release")
+
+    class Busy(_Racing):
+        writes = itertools.count()
+
+        def put_object(self, **kw: Any) -> Any:
+            if kw["Key"].endswith(STATE):  # someone else always wrote it first
+                self._s3.put_object(Bucket=BUCKET, Key=kw["Key"], Body=b'{"n": %d}' % next(self.writes))
+            return self._s3.put_object(**kw)
+
+    with pytest.raises(IndexConflict, match="'release' changed under each of 3 attempts"):
+        publish_index(Busy(s3, None), BUCKET, "release", attempts=3, pause=lambda _: None)
+
+
+def test_a_publish_heads_only_the_wheels_the_last_one_did_not_see(s3: Any) -> None:
+    for n in range(5):
+        _put_wheel(s3, "release", f"wf_example_ops-0.{n}.0-cp311-cp311-manylinux_2_28_x86_64.whl", b"%d" % n)
+    first = _Racing(s3, None)
+    publish_index(first, BUCKET, "release")
+    assert first.heads == 10  # each wheel and its .metadata
+    sha = _put_wheel(s3, "release", "wf_example_ops-0.9.0-cp311-cp311-manylinux_2_28_x86_64.whl", b"nine")
+    replaced = "wheels/release/wf-example-ops/wf_example_ops-0.1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    s3.put_object(Bucket=BUCKET, Key=replaced, Body=b"new", Metadata={"sha256": "ee" * 32})
+    second = _Racing(s3, None)
+    assert publish_index(second, BUCKET, "release")["projects"] == {"wf-example-ops": 6}
+    assert second.heads == 4  # the new wheel and the replaced one (its ETag changed), each with its .metadata
+    page = s3.get_object(Bucket=BUCKET, Key="simple/release/wf-example-ops/")["Body"].read().decode()
+    assert f"#sha256={sha}" in page and f"#sha256={'ee' * 32}" in page

@@ -104,6 +104,10 @@ class PublishFailed(WheelFoundryError):
     """The upload to the publish target could not run or the index refused it (credentials, network, twine)."""
 
 
+class IndexConflict(WheelFoundryError):
+    """Other runs kept publishing into the channel while this one rewrote its index; the ASL retries."""
+
+
 class MergedWheelFailed(WheelFoundryError):
     """A merged wheel failed the test of its published bytes in a run that left the layout to the farm
     (``layout: auto``): Attest signs nothing and the state machine stages the cell wheels instead."""
@@ -136,6 +140,7 @@ ASL_ERROR_NAMES = frozenset(
         BuildCommandFailed,
         ManifestInvalid,
         MergedWheelFailed,
+        IndexConflict,
         JobsFailed,
     )
 )

@@ -82,6 +82,7 @@ def builds(aws: EmbeddedAws) -> list[Any]:
     return aws.codebuild.builds()
 
 
+@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_the_extension_is_built_on_codebuild_published_and_installable(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,6 +155,7 @@ def running_build(aws: EmbeddedAws) -> Any:
     return wait_for(lambda: [b for b in builds(aws) if b.status == "IN_PROGRESS"], 60, "a running build")[0]
 
 
+@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_a_run_mixing_an_ec2_job_and_a_codebuild_job(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,12 +195,17 @@ def test_a_failing_build_is_reported_with_its_log_tail(
     assert build.status in ("FAILED", "STOPPED")  # ended by itself, or stopped by StopBuildAfterFailure
 
 
+HEAVY = pytest.mark.heavy  # the retries' real waits and a real build: `make test-heavy`
+
+
 @pytest.mark.parametrize(
     ("function", "error", "times", "expected"),
     [
         ("StartBuildFunction", "Boom", 1, "Boom"),
         ("CollectFunction", "ManifestInvalid", 1, "ManifestInvalid"),
-        ("StopBuildFunction", "Boom", 5, "NoResult"),  # more failures than its retries: StopBuildFailed
+        pytest.param(
+            "StopBuildFunction", "Boom", 5, "NoResult", marks=HEAVY
+        ),  # more failures than its retries: StopBuildFailed
     ],
 )
 def test_an_error_at_each_codebuild_task_state_leaves_no_build_running(

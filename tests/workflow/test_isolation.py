@@ -11,6 +11,8 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.workflow.conftest import extension_request, run, s3_keys, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
@@ -59,6 +61,7 @@ HOSTILE_SETUP = (
 ) + TINY_SETUP
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_a_hostile_build_cannot_touch_anything_outside_its_job(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:

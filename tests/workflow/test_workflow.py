@@ -111,15 +111,20 @@ def test_a_failing_build_is_terminated_and_explained(aws: EmbeddedAws, stack: De
     assert f"runs/{run_id}/jobs/wf-tiny-ext-cpu-x86_64/build.log" in s3_keys(aws, stack, f"runs/{run_id}/")
 
 
+HEAVY = pytest.mark.heavy  # the retries' real waits and a real build: `make test-heavy`
+
+
 @pytest.mark.parametrize(
     ("function", "error", "times", "expected"),
     [
         ("LaunchFunction", "LaunchFailed", 1, "LaunchFailed"),
         ("AwaitAgentFunction", "InstanceLost", 1, "InstanceLost"),
-        ("CollectFunction", "ManifestInvalid", 1, "ManifestInvalid"),
-        ("TerminateFunction", "Boom", 5, "NoResult"),  # more failures than its retries: TerminateFailed
-        ("PublishIndexFunction", "Boom", 3, "JobsFailed"),
-        ("ReportFunction", "Boom", 1, "Boom"),
+        pytest.param("CollectFunction", "ManifestInvalid", 1, "ManifestInvalid", marks=HEAVY),
+        pytest.param(
+            "TerminateFunction", "Boom", 5, "NoResult", marks=HEAVY
+        ),  # more failures than its retries: TerminateFailed
+        pytest.param("PublishIndexFunction", "Boom", 3, "JobsFailed", marks=HEAVY),
+        pytest.param("ReportFunction", "Boom", 1, "Boom", marks=HEAVY),
         ("ValidateFunction", "Boom", 1, "Boom"),
     ],
 )
@@ -150,6 +155,7 @@ def test_an_error_at_the_build_state_fails_the_token_and_terminates(
     assert "ended Failed" in (result.cause or "")
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_a_retried_launch_does_not_start_a_second_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -163,6 +169,7 @@ def test_a_retried_launch_does_not_start_a_second_instance(
     assert len(launched_by(aws, result.arn)) == 1
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_the_ssm_timeout_ends_the_build_and_the_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -209,6 +216,7 @@ def test_an_aborted_execution_is_reaped(aws: EmbeddedAws, stack: DeployedStack, 
     assert [i["InstanceId"] for i in launched_by(aws, arn)] == [instance]
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_a_spot_interruption_relaunches_on_demand(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=8)}))
     arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
@@ -258,6 +266,7 @@ def test_the_nightly_schedule_starts_the_nightly_preset(aws: EmbeddedAws, stack:
     assert "torchnightly-cpu-aarch64: LaunchFailed: Injected fault: LaunchFailed" in result.cause
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_two_jobs_one_fails_the_other_is_published(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     # This host is x86_64: the aarch64 job fails its preflight (never cross-compiled); x86_64 builds.
     uri = upload(aws, stack, source(tmp_path))
