@@ -179,6 +179,7 @@ def test_a_run_mixing_an_ec2_job_and_a_codebuild_job(
     assert "this host is x86_64: aarch64 jobs run on aarch64 instances" in failed["cause"]
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_a_failing_build_is_reported_with_its_log_tail(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

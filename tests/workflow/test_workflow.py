@@ -229,6 +229,7 @@ def test_a_spot_interruption_relaunches_on_demand(aws: EmbeddedAws, stack: Deplo
     assert instances["ondemand"]["State"]["Name"] == "terminated"
 
 
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
 def test_keep_on_failure_keeps_the_instance_until_its_deadline(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
