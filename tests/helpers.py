@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,15 @@ def run_readme_block(script: str, cwd: Path, extra_env: dict[str, str]) -> subpr
         env.pop(name, None)
     argv = ["bash", "-euo", "pipefail", "-c", script]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=420)
+
+
+@contextmanager
+def s3_bucket(bucket: str) -> Iterator[Any]:
+    """A moto S3 client holding one empty bucket: the unit tests' stand-in for the stack's wheel bucket."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        yield client

@@ -5,13 +5,13 @@ merged pass published, plans each test job again under its own prefix and stages
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
+from tests.helpers import s3_bucket
 from tests.test_merging import BUCKET, TEST, _keys, event, put, stage_job
 from wheelfoundry.aws.fallback import evidence, failed_verdict, restage, retest_jobs
 from wheelfoundry.aws.merging import stage_run
@@ -21,10 +21,8 @@ TEST_JOB = {**TEST, "job_key": f"{TEST['prefix']}job.json"}
 
 
 @pytest.fixture
-def s3() -> Any:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+def s3() -> Iterator[Any]:
+    with s3_bucket(BUCKET) as client:
         yield client
 
 

@@ -6,13 +6,13 @@ import hashlib
 import itertools
 import re
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 from wheelfoundry_cli.index_server import object_key, serving
 
+from tests.helpers import s3_bucket
 from wheelfoundry.errors import IndexConflict
 from wheelfoundry.index import STATE, IndexFile, publish_index, render_project, render_root
 
@@ -36,10 +36,8 @@ def test_root_lists_normalized_projects() -> None:
 
 
 @pytest.fixture
-def s3() -> Any:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+def s3() -> Iterator[Any]:
+    with s3_bucket(BUCKET) as client:
         yield client
 
 

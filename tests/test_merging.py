@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
+from tests.helpers import s3_bucket
 from tests.test_merge import cell_wheel
 from wheelfoundry.aws.merging import choose_layout, stage_run
 from wheelfoundry.aws.report import report
@@ -56,10 +56,8 @@ def stage_job(s3: Any, tmp: Path, built: list[str], status: str = "succeeded", *
 
 
 @pytest.fixture
-def s3() -> Any:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+def s3() -> Iterator[Any]:
+    with s3_bucket(BUCKET) as client:
         yield client
 
 
