@@ -43,8 +43,9 @@ wf_nightly_version() {
 # the runner set one) runs behind wfbuild.nvcc, which adds each .cu file's reproducibility flags (a seed
 # and source name from its path under WF_SRC_DIR); CUDA_HOME becomes wfbuild.cuda_home's shim, whose
 # bin/nvcc runs the same launcher and command, for builds that run $CUDA_HOME/bin/nvcc themselves
-# (BuildExtension without ninja). Call it before a build environment leads PATH: the launcher runs under
-# the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode runner's environment)
+# (BuildExtension without ninja), and CUDACXX names that nvcc too, for CMake's CUDA language (a setup.py
+# that runs cmake; CMake takes CUDACXX before PATH). Call it before a build environment leads PATH: the
+# launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode runner's environment)
 # leaves nvcc as it is: the comparison that shows what the launcher fixes.
 wf_nvcc_launcher() {
   [[ -n "${CUDA_HOME:-}" && "${WF_NVCC_LAUNCHER:-on}" != off ]] || return 0
@@ -53,8 +54,9 @@ wf_nvcc_launcher() {
   next="${PYTORCH_NVCC:-$CUDA_HOME/bin/nvcc}"
   PYTORCH_NVCC="$python -m wfbuild.nvcc $next"
   CUDA_HOME="$("$python" -m wfbuild.cuda_home --cuda-home "$CUDA_HOME" --python "$python" --next "$next")"
-  export PYTORCH_NVCC CUDA_HOME
-  wf_log "nvcc: $PYTORCH_NVCC; CUDA_HOME=$CUDA_HOME (its bin/nvcc: the same launcher)"
+  CUDACXX="$CUDA_HOME/bin/nvcc"
+  export PYTORCH_NVCC CUDA_HOME CUDACXX
+  wf_log "nvcc: $PYTORCH_NVCC; CUDA_HOME=$CUDA_HOME (its bin/nvcc, also CUDACXX: the same launcher)"
 }
 
 # sccache is a cache, not a requirement: without it (or without its bucket) compile directly.

@@ -165,11 +165,26 @@ def enforcing_server(ip_address: str, port: int) -> Any:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
+    class Dispatcher(DomainDispatcherApplication):
+        """moto's dispatcher, remembering which backend serves a host. moto 5.2.1 works it out again for
+        every request, under the one lock all requests share: a listdir and an isdir per moto module,
+        then a regex per service URL. With 100 runs at once (bench/concurrency.py) over a hundred server
+        threads were seen queued on that lock; the answer for a host never changes."""
+
+        def __init__(self, create_app: Callable[..., Any]) -> None:
+            super().__init__(create_app)
+            self.known: dict[str | None, Any] = {}
+
+        def get_backend_for_host(self, host: str | None) -> Any:  # called under moto's lock
+            if host not in self.known:
+                self.known[host] = super().get_backend_for_host(host)
+            return self.known[host]
+
     class EnforcingServer(ThreadedMotoServer):
         enforcer: IamEnforcer
 
         def _server_entry(self) -> None:  # moto 5.2.1's own body, with the app wrapped
-            self.enforcer = IamEnforcer(DomainDispatcherApplication(create_backend_app))
+            self.enforcer = IamEnforcer(Dispatcher(create_backend_app))
             self._server = make_server(self._ip_address, self._port, self.enforcer, True)
             self._server_ready_event.set()
             self._server.serve_forever()
