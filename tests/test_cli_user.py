@@ -66,7 +66,7 @@ def wait_for(predicate: Any, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_run_lifecycle_start_status_runs_logs_fetch_cancel(
     aws: EmbeddedAws,  # noqa: F811
     stack: DeployedStack,

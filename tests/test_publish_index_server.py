@@ -66,7 +66,7 @@ def served(index: str, name: str) -> bytes | None:
         return None
 
 
-@pytest.mark.heavy  # a real index server and a fresh venv: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a real index server and a fresh venv: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 @pytest.mark.slow
 def test_signed_wheel_uploads_installs_in_a_fresh_venv_and_verifies_back(index: str, tmp_path: Path) -> None:
     wheel = tiny_wheel(tmp_path / "dist", "wf-pub-demo", "1.0", CODE)

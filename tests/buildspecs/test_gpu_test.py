@@ -104,7 +104,7 @@ PASSING_PROBE = (
 )
 
 
-@pytest.mark.heavy  # installs torch twice: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # installs torch twice: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 @pytest.mark.parametrize("expected,ok", [(42, True), (41, False)])
 def test_the_requests_test_command_runs_after_a_passed_probe_and_its_failure_fails_the_gpu_test(
     tmp_path: Path, expected: int, ok: bool

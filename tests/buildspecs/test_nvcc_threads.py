@@ -35,7 +35,7 @@ from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
-pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 
 DEVICE_TOOLS = ("cicc", "ptxas")
 REQUEST = {

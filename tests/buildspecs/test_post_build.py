@@ -57,7 +57,7 @@ def library(torch_repair: Any, cache_dir: Path, tmp_path_factory: pytest.TempPat
     return {"work": work, "stages": stages, "proc": proc, "src": src, "cache": cache_dir}
 
 
-@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_library_stage_builds_against_the_jobs_torch(library: dict[str, Any]) -> None:
     proc = library["proc"]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -76,7 +76,7 @@ def repaired(library: dict[str, Any]) -> Path:
     return wheel
 
 
-@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_naive_auditwheel_fails_and_the_stage_does_not(library: dict[str, Any], repaired: Path, tmp_path: Path) -> None:
     (raw,) = Path(library["stages"]["build-torchvision-3.11"].env["WF_OUT_DIR"]).glob("*.whl")
     naive = run(
@@ -142,7 +142,7 @@ def torch_smoked(torch_repair: Any, cache_dir: Path) -> dict[str, Any]:
     return {"work": work, "stages": stages, "wheel": wheel, "proc": proc}
 
 
-@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_real_torch_wheel_repair_smoke_manifest(torch_smoked: dict[str, Any], cache_dir: Path) -> None:
     work, stages, wheel, proc = (torch_smoked[k] for k in ("work", "stages", "wheel", "proc"))
     assert wheel.name == torch_wheel(cache_dir).name, "already manylinux_2_28: the tag must not change"
@@ -177,7 +177,7 @@ def test_real_torch_wheel_repair_smoke_manifest(torch_smoked: dict[str, Any], ca
     assert manifest["flags"]["job"]["BLAS"] == "MKL" and [s["seconds"] for s in manifest["stages"]] == [1.5, 1.5]
 
 
-@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_library_smoke_uses_the_jobs_torch_wheel(
     library: dict[str, Any], repaired: Path, torch_smoked: dict[str, Any], cache_dir: Path
 ) -> None:
@@ -198,7 +198,7 @@ def test_library_smoke_uses_the_jobs_torch_wheel(
     assert f"base env: {cache_dir}/envs/torch-" in proc.stdout, "torch's own smoke venv is reused, not reinstalled"
 
 
-@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_smoke_fails_on_a_real_torch_wheel_without_mpi(cache_dir: Path, tmp_path: Path) -> None:
     """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
     argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]

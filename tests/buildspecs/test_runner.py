@@ -192,7 +192,7 @@ def clients(
     return {"s3": s3, "stepfunctions": sfn}
 
 
-@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
     source = tarball(example_source(tmp_path / "src"), "wf-example-ops-0.1.0")
     job, job_key = put_job(aws, "wf-example-ops", source)
@@ -357,7 +357,7 @@ def test_spot_interruption_fails_the_task(aws: Aws, tmp_path: Path) -> None:
     assert head["Metadata"] == {"wf-log": "interrupted"}
 
 
-@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
     """WF_CONTAINER=docker with a stand-in docker CLI: image built once, stages run through
     ``docker run`` with an env file and the two mounts, the S3 fetch on the host."""
@@ -411,7 +411,7 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert aws.finished(execution)["status"] == "FAILED"
 
 
-@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_their_stats(
     aws: Aws, cache_dir: Path, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ import pytest
 from tests.workflow.conftest import extension_request, run, s3_json, s3_keys, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
-pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/run, after `make docker`)
+pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
 TINY_SETUP = (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
 # Runs inside the build stage (pip wheel runs setup.py); TARGETS holds host paths the test prepared.
 HOSTILE = r"""

@@ -18,7 +18,7 @@ import pytest
 from tests.workflow.conftest import extension_request, run, s3_json, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
-pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/run, after `make docker`)
+pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
 
 
 def test_a_runtime_image_is_built_with_docker_tested_in_it_and_its_manifest_pushed(

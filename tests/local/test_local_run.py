@@ -22,7 +22,7 @@ def wheelfoundry(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900, check=False)
 
 
-@pytest.mark.heavy  # a whole local run: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole local run: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_local_run_builds_an_sdist_publishes_it_and_copies_the_wheel(tmp_path: Path) -> None:
     sdist = tmp_path / "wf-tiny-ext-0.1.0.tar.gz"
     sdist.write_bytes(pack_source(TINY, "wf-tiny-ext-0.1.0"))
@@ -50,7 +50,7 @@ def test_local_run_refuses_a_source_that_is_neither_folder_nor_sdist(tmp_path: P
     assert "expected a source folder or an sdist .tar.gz" in done.stdout and "Traceback" not in done.stderr
 
 
-@pytest.mark.heavy  # a whole local run: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole local run: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_failing_build_reads_like_a_build_tools_failure(tmp_path: Path) -> None:
     source = tmp_path / "src"
     shutil.copytree(TINY, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))

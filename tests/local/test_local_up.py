@@ -53,7 +53,7 @@ def wait_for_state(state: Path, proc: subprocess.Popen[str], timeout: float = 18
     return loaded
 
 
-@pytest.mark.heavy  # a whole run through local up: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run through local up: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 @pytest.mark.slow
 def test_readme_aws_cli_commands_build_against_local_up(tmp_path: Path) -> None:
     state_dir, dest = tmp_path / "state", tmp_path / "dist"

@@ -23,7 +23,7 @@ from wheelfoundry import provenance
 from wheelfoundry.index import publish_index
 from wheelfoundry_local import EmbeddedAws
 
-pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

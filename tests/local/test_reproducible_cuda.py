@@ -17,7 +17,7 @@ import pytest
 from tests.local.test_reproducible_runs import ROOT, wheelfoundry
 from tests.workflow.test_merged import hide_system_cuda
 
-pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 
 REQUEST = {
     "framework": "extension",

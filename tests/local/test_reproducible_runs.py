@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.heavy  # four local runs: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # four local runs: `make test-heavy` (.ci/heavy), not `make test`
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [
     ("extension-demo.json", "extension", "wf_example_ops-0.1.0-cp311-cp311-manylinux_"),

@@ -82,7 +82,7 @@ def builds(aws: EmbeddedAws) -> list[Any]:
     return aws.codebuild.builds()
 
 
-@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_the_extension_is_built_on_codebuild_published_and_installable(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,7 +155,7 @@ def running_build(aws: EmbeddedAws) -> Any:
     return wait_for(lambda: [b for b in builds(aws) if b.status == "IN_PROGRESS"], 60, "a running build")[0]
 
 
-@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with real builds: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_run_mixing_an_ec2_job_and_a_codebuild_job(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,7 +179,7 @@ def test_a_run_mixing_an_ec2_job_and_a_codebuild_job(
     assert "this host is x86_64: aarch64 jobs run on aarch64 instances" in failed["cause"]
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_failing_build_is_reported_with_its_log_tail(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

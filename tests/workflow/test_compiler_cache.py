@@ -28,7 +28,7 @@ def _cache(aws: EmbeddedAws, stack: DeployedStack, request: dict[str, object]) -
     return {**cache, "run_id": result.output["run_id"]}
 
 
-@pytest.mark.heavy  # real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # real builds: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_second_identical_build_hits_the_cache_the_first_filled(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -61,7 +61,7 @@ def test_a_second_identical_build_hits_the_cache_the_first_filled(
         ), shown
 
 
-@pytest.mark.heavy  # real builds: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # real builds: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_an_unreachable_cache_builds_anyway_and_says_so(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     assert aws.agent is not None
     aws.agent.environment["SCCACHE_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there

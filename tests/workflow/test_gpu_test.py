@@ -22,7 +22,7 @@ from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.logs import show_log
 from wheelfoundry_user.status import render_status, run_status
 
-pytestmark = pytest.mark.heavy  # real CUDA builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # real CUDA builds: `make test-heavy` (.ci/heavy), not `make test`
 FAILING = """
 import json
 print("WF-GPU " + json.dumps({"begin": "package tests"}))

@@ -17,7 +17,7 @@ from tests.workflow.conftest import extension_request, run, s3_json, source, upl
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 
-@pytest.mark.heavy  # a whole run with a real build and an image: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build and an image: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_run_with_an_image_section_pushes_a_tested_runtime_image(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:

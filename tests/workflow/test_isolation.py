@@ -61,7 +61,7 @@ HOSTILE_SETUP = (
 ) + TINY_SETUP
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_hostile_build_cannot_touch_anything_outside_its_job(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:

@@ -26,7 +26,7 @@ from wfbuild.envs import thin_env
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.heavy  # real CUDA builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # real CUDA builds: `make test-heavy` (.ci/heavy), not `make test`
 CELL_LIBS = ("libtorch", "libc10", "libcudart", "libcublas", "libnvrtc", "libcuda")
 
 

@@ -23,7 +23,7 @@ from wheelfoundry_user.failures import render, run_failures
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.status import render_status, run_status
 
-pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 ROOT = Path(__file__).resolve().parents[2]
 PATHLOAD = ROOT / "tests" / "fixtures" / "pathload_ext"
 # The cell wheel finds its module by path, as a FileFinder over EXTENSION_SUFFIXES does: it imports in the

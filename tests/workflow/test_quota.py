@@ -21,7 +21,7 @@ from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.status import render_status, run_status
 
-pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/run), not `make test`
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 
 SPOT_STANDARD = "L-34B43A08"  # the extension hosts (c7i.4xlarge, 16 vCPUs) run on spot by default
 

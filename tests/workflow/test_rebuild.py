@@ -18,7 +18,7 @@ from wheelfoundry_user import EXIT_OK
 from wheelfoundry_user.rebuild import Compared, member_differences, scratch_channel
 
 
-@pytest.mark.heavy  # two whole runs: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # two whole runs: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_rebuilt_run_gives_the_same_bytes_in_a_scratch_channel(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

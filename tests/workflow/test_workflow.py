@@ -155,7 +155,7 @@ def test_an_error_at_the_build_state_fails_the_token_and_terminates(
     assert "ended Failed" in (result.cause or "")
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_retried_launch_does_not_start_a_second_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -169,7 +169,7 @@ def test_a_retried_launch_does_not_start_a_second_instance(
     assert len(launched_by(aws, result.arn)) == 1
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_the_ssm_timeout_ends_the_build_and_the_instance(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -216,7 +216,7 @@ def test_an_aborted_execution_is_reaped(aws: EmbeddedAws, stack: DeployedStack, 
     assert [i["InstanceId"] for i in launched_by(aws, arn)] == [instance]
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_a_spot_interruption_relaunches_on_demand(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=8)}))
     arn = aws.start_execution(stack.state_machine_arn, extension_request(uri))
@@ -229,7 +229,7 @@ def test_a_spot_interruption_relaunches_on_demand(aws: EmbeddedAws, stack: Deplo
     assert instances["ondemand"]["State"]["Name"] == "terminated"
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_keep_on_failure_keeps_the_instance_until_its_deadline(
     aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path
 ) -> None:
@@ -267,7 +267,7 @@ def test_the_nightly_schedule_starts_the_nightly_preset(aws: EmbeddedAws, stack:
     assert "torchnightly-cpu-aarch64: LaunchFailed: Injected fault: LaunchFailed" in result.cause
 
 
-@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/run), keeping `make test` inside 10 min
+@pytest.mark.heavy  # a whole run with a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_two_jobs_one_fails_the_other_is_published(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     # This host is x86_64: the aarch64 job fails its preflight (never cross-compiled); x86_64 builds.
     uri = upload(aws, stack, source(tmp_path))
