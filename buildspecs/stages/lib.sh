@@ -45,8 +45,8 @@ wf_nightly_version() {
 # bin/nvcc runs the same launcher and command, for builds that run $CUDA_HOME/bin/nvcc themselves
 # (BuildExtension without ninja), and CUDACXX names that nvcc too, for CMake's CUDA language (a setup.py
 # that runs cmake; CMake takes CUDACXX before PATH). Call it before a build environment leads PATH: the
-# launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode runner's environment)
-# leaves nvcc as it is: the comparison that shows what the launcher fixes.
+# launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode
+# runner's environment) leaves nvcc as it is: the comparison that shows what the launcher fixes.
 wf_nvcc_launcher() {
   [[ -n "${CUDA_HOME:-}" && "${WF_NVCC_LAUNCHER:-on}" != off ]] || return 0
   local python next
