@@ -44,9 +44,10 @@ wf_nightly_version() {
 # and source name from its path under WF_SRC_DIR); CUDA_HOME becomes wfbuild.cuda_home's shim, whose
 # bin/nvcc runs the same launcher and command, for builds that run $CUDA_HOME/bin/nvcc themselves
 # (BuildExtension without ninja), and CUDACXX names that nvcc too, for CMake's CUDA language (a setup.py
-# that runs cmake; CMake takes CUDACXX before PATH). Call it before a build environment leads PATH: the
-# launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off (a host-mode
-# runner's environment) leaves nvcc as it is: the comparison that shows what the launcher fixes.
+# that runs cmake; CMake takes CUDACXX before PATH), as does the first nvcc on PATH (a project that names
+# its compiler by `command -v nvcc` or finds it with find_program). Call it before a build environment
+# leads PATH: the launcher runs under the tools' python3 (PYTHONPATH holds wfbuild). WF_NVCC_LAUNCHER=off
+# (a host-mode runner's environment) leaves nvcc as it is: the comparison that shows what it fixes.
 wf_nvcc_launcher() {
   [[ -n "${CUDA_HOME:-}" && "${WF_NVCC_LAUNCHER:-on}" != off ]] || return 0
   local python next
@@ -55,8 +56,9 @@ wf_nvcc_launcher() {
   PYTORCH_NVCC="$python -m wfbuild.nvcc $next"
   CUDA_HOME="$("$python" -m wfbuild.cuda_home --cuda-home "$CUDA_HOME" --python "$python" --next "$next")"
   CUDACXX="$CUDA_HOME/bin/nvcc"
-  export PYTORCH_NVCC CUDA_HOME CUDACXX
-  wf_log "nvcc: $PYTORCH_NVCC; CUDA_HOME=$CUDA_HOME (its bin/nvcc, also CUDACXX: the same launcher)"
+  PATH="$CUDA_HOME/bin:$PATH"
+  export PYTORCH_NVCC CUDA_HOME CUDACXX PATH
+  wf_log "nvcc: $PYTORCH_NVCC; CUDA_HOME=$CUDA_HOME (its bin/nvcc, also CUDACXX and first on PATH: the same launcher)"
 }
 
 # sccache is a cache, not a requirement: without it (or without its bucket) compile directly.

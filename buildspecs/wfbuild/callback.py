@@ -22,7 +22,8 @@ IMDS_DEFAULT = "http://169.254.169.254"
 
 
 class Heartbeat(threading.Thread):
-    """SendTaskHeartbeat every ``interval`` seconds; ``on_gone`` when the token no longer exists."""
+    """SendTaskHeartbeat on start and then every ``interval`` seconds; ``on_gone`` when the token no longer
+    exists."""
 
     def __init__(self, sfn: Any, token: str, interval: float, log: BuildLog, on_gone: Callable[[str], None]) -> None:
         super().__init__(name="wf-heartbeat", daemon=True)
@@ -45,6 +46,10 @@ class Heartbeat(threading.Thread):
         return True
 
     def run(self) -> None:
+        # The first beat goes at once: the Build state's heartbeat clock started at SendCommand, and the
+        # time to here (agent pickup, the document's setup, the bundle, python's start) is already spent.
+        if not self.beat():
+            return
         while not self.stopped.wait(self.interval):
             if not self.beat():
                 return

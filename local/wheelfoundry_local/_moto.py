@@ -160,6 +160,32 @@ def install_sfn_fixes(patches: Patches) -> None:
 
     patches.wrap(StateTaskServiceCallback, "_from_error", heartbeat_aware)
 
+    # moto sets a task's heartbeat clock up after its service call returns: a SendTaskHeartbeat that
+    # arrives first (a runner that beats as it starts) finds no clock and is refused InvalidToken, which
+    # tells the runner its token is gone. On AWS the token is live from the call on: the beat counts.
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    def remember_early(notify_heartbeat: Callable[..., bool]) -> Callable[..., bool]:
+        def _notify_heartbeat(endpoint: Any) -> bool:
+            if endpoint._heartbeat_endpoint is None:
+                endpoint.wf_early_heartbeat = True
+                return True
+            return notify_heartbeat(endpoint)
+
+        return _notify_heartbeat
+
+    def replay_early(setup: Callable[..., Any]) -> Callable[..., Any]:
+        def _setup(endpoint: Any, heartbeat_seconds: int) -> Any:
+            clock = setup(endpoint, heartbeat_seconds=heartbeat_seconds)
+            if getattr(endpoint, "wf_early_heartbeat", False):
+                clock.notify()
+            return clock
+
+        return _setup
+
+    patches.wrap(CallbackEndpoint, "notify_heartbeat", remember_early)
+    patches.wrap(CallbackEndpoint, "setup_heartbeat_endpoint", replay_early)
+
     # The interrupted wait surfaces as an error, and moto's set_error overwrites "stopped": the
     # execution would end FAILED. On AWS a stopped execution is ABORTED, whatever is in flight.
     from moto.stepfunctions.parser.asl.eval.environment import Environment

@@ -33,6 +33,7 @@ from ._moto import ACCOUNT_ID, Patches, ec2_backend, iso, utcnow
 from .events import EventDelivery
 
 Output = Callable[[str, str, str], None]  # (instance id, command id, line)
+INSTANCE_LOOK_SECONDS = 1.0
 
 
 @dataclass
@@ -90,6 +91,7 @@ class SsmAgent:
         self._lock = threading.Lock()
         self._patches = Patches()
         self._closing = False
+        self.lookup_errors: list[str] = []  # instance look-ups that raised (none expected; tests read it)
 
     def install(self) -> None:
         ssm_ext.install(self._patches, self.registration, self.submit, self.cancel)
@@ -255,11 +257,21 @@ class SsmAgent:
             pump_thread.start()
         deadline = time.monotonic() + timeout
         verdict: str | None = None
+        why = ""
+        next_look = 0.0
         while process.poll() is None:
-            if time.monotonic() > deadline:
-                verdict = "TimedOut"
-            elif run.cancel or not self._instance_alive(region, run.instance_id):
-                verdict = "Cancelled"
+            now = time.monotonic()
+            if now > deadline:
+                verdict, why = "TimedOut", f"the step's timeoutSeconds ({timeout:g} s) passed"
+            elif run.cancel:
+                verdict, why = "Cancelled", "CancelCommand"
+            elif now >= next_look:
+                # An instance's state changes at the pace of API calls: a look a second keeps the
+                # emulator's CPU for the runs (each look walks every reservation under the GIL).
+                next_look = now + INSTANCE_LOOK_SECONDS
+                gone = self._instance_gone(region, run.instance_id)
+                if gone:
+                    verdict, why = "Cancelled", f"instance {run.instance_id} is {gone}"
             if verdict is not None:
                 self._kill(process)
                 break
@@ -273,7 +285,8 @@ class SsmAgent:
         if verdict is None:
             verdict = "Success" if process.returncode == 0 else "Failed"
         with lock:
-            log.write(f"[wheelfoundry_local agent] exit code {process.returncode}: {verdict}\n")
+            reason = f" ({why})" if why else ""
+            log.write(f"[wheelfoundry_local agent] exit code {process.returncode}: {verdict}{reason}\n")
         return verdict
 
     @staticmethod
@@ -281,12 +294,19 @@ class SsmAgent:
         with contextlib.suppress(ProcessLookupError):  # already gone
             os.killpg(process.pid, signal.SIGKILL)  # the whole tree, as a dying instance would
 
-    def _instance_alive(self, region: str, instance_id: str) -> bool:
+    def _instance_gone(self, region: str, instance_id: str) -> str | None:
+        """Why the instance can no longer run a command (its state, or "not found"); None while it can.
+
+        A lookup that raises is no answer, and the next look asks again: killing a build on it would
+        be the emulator's fault, not the instance's."""
         try:
             instance = ec2_backend(region).get_instance_by_id(instance_id)
-        except Exception:
-            return False
-        return instance is not None and instance.state in ("pending", "running")
+        except Exception as exc:
+            self.lookup_errors.append(f"{instance_id}: {type(exc).__name__}: {exc}")
+            return None
+        if instance is None:
+            return "not found"
+        return None if instance.state in ("pending", "running") else str(instance.state)
 
     # -- reporting back ---------------------------------------------------------------------------
     def _report(

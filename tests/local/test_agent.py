@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,58 @@ def test_instance_death_or_cancel_kills_the_process_group(aws: EmbeddedAws, stac
     wait_for(lambda: recorded_ssm_statuses(aws) == ["Cancelled"])
     if how == "cancel":
         terminate(aws, instance_id)
+
+
+def test_the_log_says_why_the_agent_killed_a_command(aws: EmbeddedAws, stack: DeployedStack) -> None:
+    instance_id = launch(aws)
+    online(aws, instance_id)
+    command_id = send(aws, stack, instance_id, Sleep="30")
+    wait_for((instance_root(aws, instance_id) / "child.pid").exists)
+    terminate(aws, instance_id)
+    assert finished(aws, command_id, instance_id, timeout=5)["Status"] == "Cancelled"
+    log = (instance_root(aws, instance_id) / "logs" / f"{command_id}.log").read_text()
+    assert f"Cancelled (instance {instance_id} is terminated)" in log
+
+
+def test_an_instance_lookup_that_raises_does_not_kill_the_command(
+    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto's lookup can raise while other threads launch instances; that says nothing about this one."""
+    from moto.ec2.models.instances import InstanceBackend
+
+    real = InstanceBackend.get_instance_by_id
+    raised = []
+
+    def flaky(backend: Any, instance_id: str) -> Any:
+        if len(raised) < 2:
+            raised.append(instance_id)
+            raise RuntimeError("dictionary changed size during iteration")
+        return real(backend, instance_id)
+
+    instance_id = launch(aws)
+    online(aws, instance_id)
+    before = len(aws.agent.lookup_errors)
+    monkeypatch.setattr(InstanceBackend, "get_instance_by_id", flaky)
+    command_id = send(aws, stack, instance_id, Sleep="3")
+    assert finished(aws, command_id, instance_id, timeout=15)["Status"] == "Success"
+    assert raised == [instance_id, instance_id]
+    errors = aws.agent.lookup_errors[before:]
+    assert len(errors) == 2 and "RuntimeError: dictionary changed size" in errors[0]
+    terminate(aws, instance_id)
+
+
+def test_a_heartbeat_before_the_task_sets_its_clock_counts_as_on_aws(aws: EmbeddedAws) -> None:
+    """The runner beats as it starts; moto would refuse a beat that beats its own clock set-up (InvalidToken)."""
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+    endpoint = CallbackEndpoint(callback_id="token")
+    assert endpoint.notify_heartbeat() is True, "an early beat is accepted"
+    clock = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=30)
+    started = time.monotonic()
+    assert clock.clear_and_wait() is True
+    assert time.monotonic() - started < 1, "the early beat counted: no 30 s wait"
+    late = CallbackEndpoint(callback_id="other").setup_heartbeat_endpoint(heartbeat_seconds=1)
+    assert late.clear_and_wait() is False, "without a beat the clock still runs out"
 
 
 def test_state_machine_waits_for_the_scripts_callback(aws: EmbeddedAws, stack: DeployedStack) -> None:
