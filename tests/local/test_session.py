@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +83,35 @@ def test_a_full_session_leaves_the_process_as_it_found_it(tmp_path: Path) -> Non
     assert report["inside"].startswith("http://127.0.0.1:")
     assert report["env_restored"] and report["runner_restored"] and report["config_restored"]
     assert report["threads"] == []
+
+
+def test_a_definition_is_parsed_once_and_each_execution_gets_its_own_components(
+    aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto parses the ASL per execution (ANTLR in Python, about a second each); the emulator keeps the tree."""
+    from moto.stepfunctions.parser.asl.antlr.runtime.ASLParser import ASLParser
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    parses = []
+    real = ASLParser.state_machine
+
+    def counted(parser: Any) -> Any:
+        parses.append(1)
+        return real(parser)
+
+    monkeypatch.setattr(ASLParser, "state_machine", counted)
+    definition = json.dumps(
+        {"Comment": f"memo {uuid.uuid4()}", "StartAt": "P", "States": {"P": {"Type": "Pass", "Result": 1, "End": True}}}
+    )
+    programs = [AmazonStateLanguageParser.parse(definition)[0] for _ in range(3)]
+    assert len(parses) == 1
+    assert len({id(p) for p in programs}) == 3, "every execution evaluates its own components"
+    sfn = aws.client("stepfunctions")
+    role = "arn:aws:iam::123456789012:role/memo"
+    arn = sfn.create_state_machine(name=f"memo-{uuid.uuid4().hex[:8]}", definition=definition, roleArn=role)[
+        "stateMachineArn"
+    ]
+    results = [aws.wait_execution(aws.start_execution(arn, {}), timeout=30) for _ in range(2)]
+    assert [r.status for r in results] == ["SUCCEEDED", "SUCCEEDED"]
+    assert [r.output for r in results] == [1, 1]
+    assert len(parses) == 1
