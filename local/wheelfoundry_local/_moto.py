@@ -199,33 +199,6 @@ def install_sfn_fixes(patches: Patches) -> None:
         return keep_stopped
 
     patches.wrap(Environment, "set_error", wrap)
-    install_parse_memo(patches)
-
-
-def install_parse_memo(patches: Patches) -> None:
-    """Parse a state machine's definition once, not once per execution.
-
-    moto parses the ASL with ANTLR's pure-Python runtime every time an execution starts: about a second
-    of CPU for this project's definition, under the one GIL every handler and request shares. With 100
-    executions started at once that burst starved everything else, past the builds' 60 s heartbeat
-    (py-spy: 57 of 91 GIL samples in the parser). The syntax tree is kept per definition; each execution
-    still gets fresh evaluation components from moto's own Preprocessor, so none is shared between runs.
-    """
-    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
-    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
-
-    parse = AmazonStateLanguageParser.parse
-    trees: dict[str, Any] = {}
-
-    def parse_once(definition: str) -> tuple[Any, Any]:
-        tree = trees.get(definition)
-        if tree is None:
-            program, tree = parse(definition)  # a definition that fails to parse is not kept
-            trees[definition] = tree
-            return program, tree
-        return Preprocessor().visit(tree), tree
-
-    patches.set(AmazonStateLanguageParser, "parse", staticmethod(parse_once))
 
 
 class Patches:

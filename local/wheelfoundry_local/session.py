@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import boto3
 
-from . import cfn_models, cli_compat, kms, public_layers, public_parameters
+from . import cfn_models, cli_compat, kms, moto_pace, public_layers, public_parameters
 from ._moto import DEFAULT_REGION, Patches, install_sfn_fixes, sfn_backend, utcnow, wake_stopped
 from .agent import Output, SsmAgent
 from .codebuild import LocalCodeBuild
@@ -95,6 +95,7 @@ class EmbeddedAws:
             self.server.start()
             self.runtime.install()
             install_sfn_fixes(self._patches)
+            moto_pace.install(self._patches)
             cfn_models.install(self._patches, self.runtime)
             public_layers.install(self._patches)
             public_parameters.install(self._patches)

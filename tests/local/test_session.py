@@ -115,3 +115,38 @@ def test_a_definition_is_parsed_once_and_each_execution_gets_its_own_components(
     assert [r.status for r in results] == ["SUCCEEDED", "SUCCEEDED"]
     assert [r.output for r in results] == [1, 1]
     assert len(parses) == 1
+
+
+def test_tag_filters_find_instances_without_scanning_every_tag(
+    aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto scanned the account's whole tag table per resource and filter: Launch's look-up grew with the square."""
+    from moto.ec2.models.tags import TagBackend
+
+    ec2 = aws.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ids = []
+    for n in range(3):
+        spec = [
+            {"ResourceType": "instance", "Tags": [{"Key": "wf:test", "Value": f"v{n}"}, {"Key": "k", "Value": "x"}]}
+        ]
+        ids.append(
+            ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=spec)["Instances"][0][
+                "InstanceId"
+            ]
+        )
+    try:
+        scans = []
+        real = TagBackend.describe_tags
+        monkeypatch.setattr(
+            TagBackend, "describe_tags", lambda backend, filters=None: scans.append(1) or real(backend, filters)
+        )
+        found = ec2.describe_instances(
+            Filters=[{"Name": "tag:wf:test", "Values": ["v1"]}, {"Name": "tag:k", "Values": ["x"]}]
+        )
+        got = [i for r in found["Reservations"] for i in r["Instances"]]
+        assert [i["InstanceId"] for i in got] == [ids[1]]
+        assert {t["Key"]: t["Value"] for t in got[0]["Tags"]} == {"wf:test": "v1", "k": "x"}
+        assert scans == [], "a resource's tags are read by its id"
+    finally:
+        ec2.terminate_instances(InstanceIds=ids)
