@@ -34,6 +34,11 @@ from .events import EventDelivery
 
 Output = Callable[[str, str, str], None]  # (instance id, command id, line)
 INSTANCE_LOOK_SECONDS = 1.0
+# On AWS an instance's build and the control plane (Step Functions, Lambda, S3) never share a CPU.
+# Here they share this host's cores: the emulated instances' and CodeBuild's commands run niced, so a
+# burst of builds cannot starve the embedded AWS past the deadlines it enforces (heartbeats, Lambda
+# timeouts) that on AWS no build could make it miss.
+INSTANCE_NICE = ("nice", "-n", "10")
 
 
 @dataclass
@@ -226,7 +231,7 @@ class SsmAgent:
         err_all: list[str],
     ) -> str:
         process = subprocess.Popen(
-            ["bash", str(script)],
+            [*INSTANCE_NICE, "bash", str(script)],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,

@@ -32,6 +32,7 @@ import yaml
 
 from . import codebuild_api, instance_roles
 from ._moto import ACCOUNT_ID, Patches
+from .agent import INSTANCE_NICE
 from .codebuild_api import FINAL, Build
 from .events import EventDelivery
 
@@ -308,7 +309,7 @@ class LocalCodeBuild:
         script = build.root / f"command-{len(build.phases)}-{uuid.uuid4().hex[:8]}.sh"
         script.write_text(command + "\n", encoding="utf-8")
         process = subprocess.Popen(
-            ["bash", str(script)],
+            [*INSTANCE_NICE, "bash", str(script)],  # below the embedded AWS, as agent.py's commands
             cwd=env["CODEBUILD_SRC_DIR"],
             env=env,
             stdout=log,

@@ -176,11 +176,14 @@ def test_instance_death_or_cancel_kills_the_process_group(aws: EmbeddedAws, stac
         terminate(aws, instance_id)
 
 
-def test_the_log_says_why_the_agent_killed_a_command(aws: EmbeddedAws, stack: DeployedStack) -> None:
+def test_a_command_runs_niced_and_the_log_says_why_the_agent_killed_it(aws: EmbeddedAws, stack: DeployedStack) -> None:
     instance_id = launch(aws)
     online(aws, instance_id)
     command_id = send(aws, stack, instance_id, Sleep="30")
     wait_for((instance_root(aws, instance_id) / "child.pid").exists)
+    script = int((instance_root(aws, instance_id) / "script.pid").read_text())
+    nice = int(Path(f"/proc/{script}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    assert nice == 10, "an instance's command runs below the embedded AWS, which on AWS it never shares a CPU with"
     terminate(aws, instance_id)
     assert finished(aws, command_id, instance_id, timeout=5)["Status"] == "Cancelled"
     log = (instance_root(aws, instance_id) / "logs" / f"{command_id}.log").read_text()
