@@ -103,6 +103,12 @@ def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: 
     calls = aws.invocations.all()
     throttled = [c for c in calls if c.error_type and ("TooManyRequests" in c.error_type or "Throttl" in c.error_type)]
     waits = [c for c in calls if c.error_type == "VcpuQuotaWait"]
+    # which handlers ran past their Lambda timeout (Sandbox.Timedout), by function, and how long the slowest took
+    timeouts: dict[str, int] = {}
+    for c in calls:
+        if c.error_type and "Timedout" in c.error_type:
+            name = c.function_name.split("-")[1] if "-" in c.function_name else c.function_name
+            timeouts[name] = timeouts.get(name, 0) + 1
     failures = {r: s for r, s in statuses.items() if s != "SUCCEEDED"}
     causes = {}
     for run in list(failures)[:5]:
@@ -124,6 +130,7 @@ def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: 
         "lambda_calls": len(calls),
         "instances_left": len(aws.instances()),
         "builds_left": len(aws.builds_in_progress()),
+        "lambda_timeouts": timeouts,
         "failure_causes": causes,
     }
 
@@ -172,6 +179,8 @@ def main() -> int:
     for row in rows:
         print("  ".join(str(row.get(k, "")).ljust(widths[k]) for k in keys))
     for row in rows:
+        if row["lambda_timeouts"]:
+            print(f"  {row['scenario']}: Lambda timeouts by function: {row['lambda_timeouts']}")
         for run, cause in row["failure_causes"].items():
             print(f"  {run}: {cause}")
     print(
