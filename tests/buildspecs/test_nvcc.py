@@ -176,16 +176,28 @@ add_library(k SHARED csrc/k.cu)
 """
 
 
-def _cmake_build(home: Path, root: Path, launcher: bool, cache: Path) -> bytes:
+# How a setup.py that runs cmake names the CUDA compiler: not at all (CMake reads CUDACXX), by
+# torch.utils.cpp_extension's CUDA_HOME (from the environment), or by the nvcc that PATH finds.
+COMPILER_NAMING = {
+    "cudacxx": "",
+    "cuda-home": '-DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc"',
+    "path": '-DCMAKE_CUDA_COMPILER="$(command -v nvcc)"',
+}
+
+
+def _cmake_build(home: Path, root: Path, launcher: bool, cache: Path, naming: str = "cudacxx") -> bytes:
     """A CMake project's CUDA library, configured and built in ``root`` the way a stage does it: lib.sh's
-    wf_nvcc_launcher first (CUDA_HOME and CUDACXX as the runner sets them for the toolkit), then cmake."""
+    wf_nvcc_launcher first (CUDA_HOME, CUDACXX and PATH as the runner sets them for the toolkit), then
+    cmake, naming its compiler as ``COMPILER_NAMING[naming]`` says."""
     (root / "csrc").mkdir(parents=True)
     (root / "csrc" / "k.cu").write_text(KERNEL)
     (root / "CMakeLists.txt").write_text(CMAKE_PROJECT)
     env = toolkit.stage_env({"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(root)}, home)
     env |= {"WF_SRC_DIR": str(root), "PYTHONPATH": str(ROOT / "buildspecs"), "WF_CACHE_DIR": str(cache)}
     env |= {"WF_NVCC_LAUNCHER": "on" if launcher else "off"}
-    script = f'source "{ROOT}/buildspecs/stages/lib.sh"; wf_nvcc_launcher; cmake -S . -B build && cmake --build build'
+    unset = "unset CUDACXX; " if naming != "cudacxx" else ""
+    configure = f"cmake -S . -B build {COMPILER_NAMING[naming]}"
+    script = f'source "{ROOT}/buildspecs/stages/lib.sh"; wf_nvcc_launcher; {unset}{configure} && cmake --build build'
     done = subprocess.run(["bash", "-c", script], cwd=root, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return (root / "build" / "libk.so").read_bytes()
@@ -193,13 +205,15 @@ def _cmake_build(home: Path, root: Path, launcher: bool, cache: Path) -> bytes:
 
 @pytest.mark.heavy  # installs the CUDA 13.0 lock and configures and builds a CMake project four times
 @pytest.mark.timeout(900)
-def test_a_cmake_built_cuda_library_is_the_same_from_two_folders_through_cudacxx(
-    locked_nvcc: Path, tmp_path: Path
+@pytest.mark.parametrize("naming", sorted(COMPILER_NAMING))
+def test_a_cmake_built_cuda_library_is_the_same_from_two_folders_however_cmake_finds_nvcc(
+    locked_nvcc: Path, tmp_path: Path, naming: str
 ) -> None:
-    """CMake's CUDA language runs $CUDACXX, not PYTORCH_NVCC: wf_nvcc_launcher points it at the shim's nvcc."""
+    """CMake's CUDA language runs $CUDACXX or the compiler a project names, not PYTORCH_NVCC: wf_nvcc_launcher
+    points CUDACXX, CUDA_HOME/bin/nvcc and the first nvcc on PATH at the shim's nvcc."""
     assert shutil.which("cmake", path=f"{Path(sys.executable).parent}:/usr/bin:/bin"), "the dev venv's cmake"
     home, cache = locked_nvcc.parent.parent, tmp_path / "cache"  # one build cache, as on one build host
-    plain = [_cmake_build(home, tmp_path / f"plain{i}" / "src", False, cache) for i in (1, 2)]
+    plain = [_cmake_build(home, tmp_path / f"plain{i}" / "src", False, cache, naming) for i in (1, 2)]
     assert plain[0] != plain[1], "plain nvcc gave one library from two folders: nothing to fix, the test proves nothing"
-    ours = [_cmake_build(home, tmp_path / where / "src", True, cache) for where in ("a", "else/b")]
+    ours = [_cmake_build(home, tmp_path / where / "src", True, cache, naming) for where in ("a", "else/b")]
     assert ours[0] == ours[1]
