@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ def _indexed(aws: Any, bucket: str, channel: str) -> set[str]:
     return set(re.findall(r"wf_tiny_ext-(0\.1\.\d+)[+-]", body.read().decode()))
 
 
+def _logical(function_name: str) -> str:
+    """wheelfoundry-LaunchFunction-ABC123 -> LaunchFunction."""
+    return function_name.split("-")[1] if "-" in function_name else function_name
+
+
 def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: list[str]) -> dict[str, Any]:
     bucket = stack.outputs["WheelBucketName"]
     uris = _sources(aws, bucket, state / name, runs)
@@ -103,12 +109,8 @@ def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: 
     calls = aws.invocations.all()
     throttled = [c for c in calls if c.error_type and ("TooManyRequests" in c.error_type or "Throttl" in c.error_type)]
     waits = [c for c in calls if c.error_type == "VcpuQuotaWait"]
-    # which handlers ran past their Lambda timeout (Sandbox.Timedout), by function, and how long the slowest took
-    timeouts: dict[str, int] = {}
-    for c in calls:
-        if c.error_type and "Timedout" in c.error_type:
-            name = c.function_name.split("-")[1] if "-" in c.function_name else c.function_name
-            timeouts[name] = timeouts.get(name, 0) + 1
+    # which handlers ran past their Lambda timeout (Sandbox.Timedout), by function (the stack's logical name)
+    timeouts = Counter(_logical(c.function_name) for c in calls if c.error_type and "Timedout" in c.error_type)
     failures = {r: s for r, s in statuses.items() if s != "SUCCEEDED"}
     causes = {}
     for run in list(failures)[:5]:
@@ -130,7 +132,7 @@ def scenario(aws: Any, stack: Any, state: Path, name: str, runs: int, channels: 
         "lambda_calls": len(calls),
         "instances_left": len(aws.instances()),
         "builds_left": len(aws.builds_in_progress()),
-        "lambda_timeouts": timeouts,
+        "lambda_timeouts": dict(timeouts),
         "failure_causes": causes,
     }
 

@@ -21,7 +21,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -50,10 +50,9 @@ Handler = Callable[..., dict[str, Any]]
 
 @dataclass
 class Runtime:
-    """One invocation's configuration and lazily created clients."""
+    """One invocation's configuration, and the clients of its execution environment (shared_client)."""
 
     environ: Mapping[str, str]
-    _clients: dict[str, Any] = field(default_factory=dict)
 
     def var(self, name: str, default: str | None = None) -> str:
         value = self.environ.get(name, default)
@@ -66,9 +65,7 @@ class Runtime:
         return self.environ.get("AWS_REGION") or self.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
     def client(self, service: str) -> Any:
-        if service not in self._clients:
-            self._clients[service] = shared_client(service, self.region)
-        return self._clients[service]
+        return shared_client(service, self.region)
 
 
 _SHARED: dict[tuple[str, ...], Any] = {}
