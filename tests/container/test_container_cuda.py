@@ -1,0 +1,62 @@
+"""Issue 34 in container mode: a CUDA 13.0 cell of examples/extension (its kernels sit in an anonymous
+namespace: internal-linkage device code) built in the Docker test bed's CUDA builder image
+(tools/docker_testbed_cuda.py: the production install_cuda.sh and the CUDA 13.0 lock) by two
+`wheelfoundry local run`s, each from its own folder, with its own stack, instances and work dirs, gives
+byte-identical wheels. In a container the build always sits at /work, so what this holds is the rest:
+the per-file seed and source name reaching nvcc inside the builder (lib.sh's launcher, its shim under the
+container's $TMPDIR) and no PID- or time-named intermediates in the objects."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.container.conftest import unavailable
+from tests.local.test_reproducible_cuda import REQUEST, _cuda_objects, _run
+from tests.workflow.test_merged import hide_system_cuda
+from tools.docker_testbed_cuda import build_cuda_builder
+from wfbuild import toolkit
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+
+pytestmark = pytest.mark.heavy  # two CUDA builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
+
+
+@pytest.fixture
+def cuda_container_mode(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleType, builder_image: str) -> str:
+    """The local agent runs the stages in the CUDA builder made for REQUEST's job (its CUDA_REQUIREMENTS)."""
+    (job,) = plan_request(parse_request(REQUEST), load_catalog(), load_config()).jobs
+    try:
+        image = str(build_cuda_builder("13.0", toolkit.requirements_of(job.to_dict())))
+    except Exception as exc:  # a build that cannot finish here is the same verdict as no engine
+        unavailable(f"the CUDA builder image could not be built: {exc}")
+        raise
+    monkeypatch.setenv("WF_LOCAL_CONTAINER", "docker")
+    monkeypatch.setenv("WF_BUILDER_IMAGE", image)
+    monkeypatch.setenv("DOCKER_HOST", docker_testbed.docker_host())
+    return image
+
+
+@pytest.mark.timeout(2400)
+def test_two_container_builds_of_a_cuda_cell_from_different_folders_give_identical_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_container_mode: str
+) -> None:
+    hide_system_cuda(monkeypatch)  # the toolkit is the image's, not this host's
+    request = tmp_path / "cuda.json"
+    request.write_text(json.dumps(REQUEST))
+    first = _run(request, tmp_path / "one" / "extension")
+    second = _run(request, tmp_path / "elsewhere" / "two" / "extension")
+    for folder in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
+        logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.log") if p.is_file())
+        assert f"builder image {cuda_container_mode} (WF_BUILDER_IMAGE" in logs, f"{folder}: not built in the image"
+    assert first.name == second.name, (first.name, second.name)
+    (so,) = _cuda_objects(first).values()
+    assert b"_GLOBAL__N__" in so, "no internal-linkage device code in the CUDA build: the test proves nothing"
+    a, b = (hashlib.sha256(w.read_bytes()).hexdigest() for w in (first, second))
+    assert a == b, f"{first.name}: the two container builds' wheels differ: {a} vs {b}"
