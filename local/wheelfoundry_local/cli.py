@@ -102,7 +102,9 @@ def add_local_commands(sub: Any) -> None:
         default=str(ROOT / "examples/requests/extension-demo.json"),
         help="a request whose source.s3 URI gets --source (default: the demo request)",
     )
-    up.add_argument("--source", default=str(ROOT / "examples/extension"), help="the source folder to upload there")
+    up.add_argument(
+        "--source", default=str(ROOT / "examples/extension"), help="the source folder or sdist .tar.gz to upload there"
+    )
     up.add_argument("--no-source", action="store_true", help="upload nothing")
     up.set_defaults(func=_up)
     down = local_sub.add_parser("down", help="stop the `local up` of this state dir")

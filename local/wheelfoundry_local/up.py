@@ -58,7 +58,8 @@ def source_location(request_path: Path) -> tuple[str, str]:
 
 
 def upload_to_request_uri(aws: Any, request_path: Path, source: Path) -> str:
-    """Pack ``source`` and put it at the request's own source.s3 URI (its bucket created if needed)."""
+    """A source folder (packed here) or an sdist ``.tar.gz`` (as it is) at the request's own source.s3 URI
+    (its bucket created if needed), as ``local run --source`` takes them."""
     from .demo import pack_source
 
     bucket, key = source_location(request_path)
@@ -66,7 +67,8 @@ def upload_to_request_uri(aws: Any, request_path: Path, source: Path) -> str:
     s3 = aws.client("s3")
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key=key, Body=pack_source(source, name))
+    body = pack_source(source, name) if source.is_dir() else source.read_bytes()
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
     return f"s3://{bucket}/{key}"
 
 
@@ -110,8 +112,14 @@ def run_up(
     out: Print = print,
     poll: float = 1.0,
 ) -> int:
+    from .demo import check_source
     from .session import EmbeddedAws
 
+    if source is not None:  # before anything starts: a file that is no sdist would fail only in the build
+        try:
+            check_source(source)
+        except ValueError as exc:
+            raise UpError(str(exc)) from exc
     running = read_state(state_dir)
     if running is not None:
         raise UpError(f"already up (pid {running['pid']}, {running['endpoint']}); `wheelfoundry local down` first")

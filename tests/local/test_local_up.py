@@ -114,3 +114,42 @@ def test_readme_aws_cli_commands_build_against_local_up(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert code == 0
     assert not (state_dir / "up.json").exists()
+
+
+def test_local_up_takes_an_sdist_as_it_is_and_packs_a_folder(tmp_path: Path) -> None:
+    """`local up --source` takes what `local run --source` takes: an sdist went into the bucket packed
+    inside another tar.gz, and its build failed with 'Neither setup.py nor pyproject.toml found'."""
+    import tarfile
+    from types import SimpleNamespace
+
+    import boto3
+    from moto import mock_aws
+
+    from wheelfoundry_local.up import upload_to_request_uri
+
+    sdist = tmp_path / "wf_tiny_ext-0.1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(TINY, arcname="wf_tiny_ext-0.1.0")
+    request = tiny_request(tmp_path)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        aws = SimpleNamespace(client=lambda service: s3)
+        uri = upload_to_request_uri(aws, request, sdist)
+        assert uri == "s3://wf-local-sources/sources/wf-tiny-ext.tar.gz"
+        body = s3.get_object(Bucket="wf-local-sources", Key="sources/wf-tiny-ext.tar.gz")["Body"].read()
+        assert body == sdist.read_bytes()
+        upload_to_request_uri(aws, request, TINY)
+        packed = tmp_path / "packed.tar.gz"
+        packed.write_bytes(s3.get_object(Bucket="wf-local-sources", Key="sources/wf-tiny-ext.tar.gz")["Body"].read())
+        with tarfile.open(packed) as tar:
+            assert "wf-tiny-ext/setup.py" in tar.getnames()
+
+
+def test_local_up_refuses_a_source_that_is_no_folder_or_sdist_before_it_starts(tmp_path: Path) -> None:
+    from wheelfoundry_local.up import UpError, run_up
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a source")
+    with pytest.raises(UpError, match=r"--source .*notes\.txt: expected a source folder or an sdist \.tar\.gz"):
+        run_up(ROOT, tmp_path / "state", tiny_request(tmp_path), notes)
+    assert not (tmp_path / "state").exists(), "nothing was started"
