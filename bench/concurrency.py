@@ -154,6 +154,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--scenario", choices=("one", "several", "both"), default="both")
     parser.add_argument("--quota", type=int, default=160, help="the spot standard vCPU quota (L-34B43A08)")
+    parser.add_argument(
+        "--heartbeat", type=int, default=60, help="the stack's BuildHeartbeatSeconds (`local up` and the demo use 120)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
@@ -165,7 +168,9 @@ def main() -> int:
     state = Path(tempfile.mkdtemp(prefix="wf-bench-conc-"))
     try:
         with EmbeddedAws(state_dir=state, registration_delay=0.0) as aws:
-            stack = aws.deploy(ROOT / "template.yaml", {"BuildHeartbeatSeconds": "60", "MaxConcurrentJobs": "10"})
+            stack = aws.deploy(
+                ROOT / "template.yaml", {"BuildHeartbeatSeconds": str(args.heartbeat), "MaxConcurrentJobs": "10"}
+            )
             aws.quotas.set("L-34B43A08", args.quota)
             several = ["nightly", *(f"bench-ch{n}" for n in range(1, 10))]
             if args.scenario in ("one", "both"):
@@ -187,7 +192,8 @@ def main() -> int:
             print(f"  {run}: {cause}")
     print(
         f"(events_per_run: min/median/max of the parent history; quota {args.quota} vCPUs = "
-        f"{args.quota // 16} hosts at once; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
+        f"{args.quota // 16} hosts at once; build heartbeat {args.heartbeat} s; "
+        f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
     )
     if code != code_digest():
         print("\nVOID: the source tree changed during the run (the handlers import from it); no result written")
@@ -195,7 +201,11 @@ def main() -> int:
     out = ROOT / "bench" / "results" / f"concurrency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "loadavg_before": load}
-    out.write_text(json.dumps({"machine": machine, "quota_vcpus": args.quota, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {"machine": machine, "quota_vcpus": args.quota, "heartbeat_s": args.heartbeat, "rows": rows}, indent=2
+        )
+    )
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0 if all(r["failed"] == 0 and r["missing_in_index"] == 0 for r in rows) else 1
 
