@@ -4,19 +4,27 @@ namespace: internal-linkage device code) built in the Docker test bed's CUDA bui
 `wheelfoundry local run`s, each from its own folder, with its own stack, instances and work dirs, gives
 byte-identical wheels. In a container the build always sits at /work, so what this holds is the rest:
 the per-file seed and source name reaching nvcc inside the builder (lib.sh's launcher, its shim under the
-container's $TMPDIR) and no PID- or time-named intermediates in the objects."""
+container's $TMPDIR) and no PID- or time-named intermediates in the objects.
+
+A container's fresh PID namespace hides plain nvcc's nondeterminism as long as every build spawns the
+same processes in the same order (its internal-linkage names and intermediate file name follow nvcc's
+pid): two such builds match even without the launcher. A real build's process count is not a promise
+(pip's build isolation, a retried download, a cache hit against a miss, ninja's order), so here the
+source's setup.py first runs a random number (1 to 1000) of short processes: without the launcher the
+two wheels then differ (unless both draws are equal, 1 in 1000)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from tests.container.conftest import unavailable
-from tests.local.test_reproducible_cuda import REQUEST, _cuda_objects, _run
+from tests.local.test_reproducible_cuda import REQUEST, ROOT, _cuda_objects, _run
 from tests.workflow.test_merged import hide_system_cuda
 from tools.docker_testbed_cuda import build_cuda_builder
 from wfbuild import toolkit
@@ -25,6 +33,10 @@ from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
+SPAWNS = """import secrets as _wf_secrets, subprocess as _wf_subprocess
+for _ in range(1 + _wf_secrets.randbelow(1000)):  # another pid for nvcc in each build (module docstring)
+    _wf_subprocess.run(["true"], check=True)
+"""
 pytestmark = pytest.mark.heavy  # two CUDA builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
 
 
@@ -48,10 +60,14 @@ def test_two_container_builds_of_a_cuda_cell_from_different_folders_give_identic
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda_container_mode: str
 ) -> None:
     hide_system_cuda(monkeypatch)  # the toolkit is the image's, not this host's
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "examples" / "extension", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    setup = source / "setup.py"
+    setup.write_text(SPAWNS + setup.read_text())
     request = tmp_path / "cuda.json"
     request.write_text(json.dumps(REQUEST))
-    first = _run(request, tmp_path / "one" / "extension")
-    second = _run(request, tmp_path / "elsewhere" / "two" / "extension")
+    first = _run(request, tmp_path / "one" / "extension", source)
+    second = _run(request, tmp_path / "elsewhere" / "two" / "extension", source)
     for folder in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
         logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.log") if p.is_file())
         assert f"builder image {cuda_container_mode} (WF_BUILDER_IMAGE" in logs, f"{folder}: not built in the image"
