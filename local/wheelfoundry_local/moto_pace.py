@@ -13,10 +13,22 @@ handlers' 60 s timeout:
   per resource and filter, so a DescribeInstances with tag filters (Launch, the reapers) costs the
   square of the instances launched (16 of 64 samples once a hundred instances existed). Here they
   are read from moto's own table by the resource's id, in the shape describe_tags returns.
+- Every JSONPath moto's interpreter evaluates (InputPath, ResultPath, each `.$` parameter, at every
+  state of every execution) is parsed anew by jsonpath_ng, whose parser builds its PLY tables at each
+  call (`JsonPathParser.__init__` -> `yacc`). A parsed path is kept per string: `find` and
+  `update_or_create` read the expression, they do not change it.
+- Each Lambda task creates a new boto3 client (`boto_client_for`: a session's service model load and
+  client class build, tens of ms) to invoke its function. One client per (region, service, endpoint) is
+  kept; boto3 clients are thread-safe.
+On 2026-11-26 the last two showed in the GIL samples of a one-channel run of 100 whose Launch handlers
+then ran past their 60 s timeout (`Sandbox.Timedout`, 49 runs failed in 4 minutes).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+import threading
 from typing import Any
 
 from ._moto import Patches
@@ -25,6 +37,8 @@ from ._moto import Patches
 def install(patches: Patches) -> None:
     _parse_once(patches)
     _tags_by_id(patches)
+    _jsonpath_once(patches)
+    _one_client_per_service(patches)
 
 
 def _parse_once(patches: Patches) -> None:
@@ -57,3 +71,37 @@ def _tags_by_id(patches: Patches) -> None:
         return [{"resource_id": resource.id, "key": k, "value": v, "resource_type": kind} for k, v in tags.items()]
 
     patches.set(TaggedEC2Resource, "get_tags", get_tags)
+
+
+def _jsonpath_once(patches: Patches) -> None:
+    from jsonpath_ng.ext.parser import parse as parse_ext
+    from jsonpath_ng.parser import parse as parse_plain
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    patches.set(json_path, "parse", functools.lru_cache(maxsize=4096)(parse_ext))
+    patches.set(result_path, "parse", functools.lru_cache(maxsize=4096)(parse_plain))
+
+
+def _one_client_per_service(patches: Patches) -> None:
+    from moto.core.models import botocore_stubber
+    from moto.settings import moto_server_port
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    original = boto_client.boto_client_for
+    clients: dict[tuple[Any, ...], Any] = {}
+    lock = threading.Lock()
+
+    def boto_client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        # moto's own function ignores state_credentials too; the endpoint is where its server listens
+        key = (region, service, botocore_stubber.enabled, moto_server_port())
+        with lock:
+            client = clients.get(key)
+            if client is None:
+                client = clients[key] = original(region, service, state_credentials)
+            return client
+
+    # the integrations import the function by name: replace it in every module that holds it
+    for name, module in list(sys.modules.items()):
+        if name.startswith("moto.stepfunctions") and getattr(module, "boto_client_for", None) is original:
+            patches.set(module, "boto_client_for", boto_client_for)

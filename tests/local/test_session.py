@@ -150,3 +150,54 @@ def test_tag_filters_find_instances_without_scanning_every_tag(
         assert scans == [], "a resource's tags are read by its id"
     finally:
         ec2.terminate_instances(InstanceIds=ids)
+
+
+def test_a_jsonpath_is_parsed_once_however_many_executions_evaluate_it(
+    aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto's interpreter parsed every JSONPath at every evaluation, building jsonpath_ng's PLY tables each time."""
+    from jsonpath_ng.parser import JsonPathParser
+
+    built = []
+    real = JsonPathParser.__init__
+
+    def counted(parser: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real(parser, *args, **kwargs)
+
+    monkeypatch.setattr(JsonPathParser, "__init__", counted)
+    tag = uuid.uuid4().hex[:8]
+    states = {
+        "P": {
+            "Type": "Pass",
+            "InputPath": f"$.in_{tag}",
+            "Parameters": {"v.$": f"$.value_{tag}"},
+            "ResultPath": f"$.out_{tag}",
+            "End": True,
+        }
+    }
+    definition = json.dumps({"StartAt": "P", "States": states})
+    sfn = aws.client("stepfunctions")
+    arn = sfn.create_state_machine(
+        name=f"jp-{tag}", definition=definition, roleArn="arn:aws:iam::123456789012:role/jp"
+    )["stateMachineArn"]
+    outputs, counts = [], []
+    for n in range(3):
+        result = aws.wait_execution(aws.start_execution(arn, {f"in_{tag}": {f"value_{tag}": n}}), timeout=30)
+        assert result.status == "SUCCEEDED", result.cause
+        outputs.append(result.output[f"out_{tag}"]["v"])
+        counts.append(len(built))
+    assert outputs == [0, 1, 2]
+    assert counts[0] > 0, "the executions parsed no JSONPath: the test proves nothing"
+    assert counts[2] == counts[0], f"later executions parsed their paths again: {counts}"
+
+
+def test_lambda_tasks_share_one_client_per_service(aws: EmbeddedAws) -> None:
+    """moto built a new boto3 client for every Lambda task it ran (tens of ms of CPU each)."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    first = lambda_eval_utils.boto_client_for("us-east-1", "lambda")
+    assert lambda_eval_utils.boto_client_for("us-east-1", "lambda") is first
+    assert boto_client.boto_client_for("us-east-1", "lambda") is first
+    assert boto_client.boto_client_for("eu-west-1", "lambda") is not first
