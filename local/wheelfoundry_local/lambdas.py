@@ -172,10 +172,20 @@ def _accepts_environ(handler: Callable[..., Any]) -> bool:
     return any(p.name == "environ" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+# On AWS every invocation has a sandbox of its own, CPU included, so a handler's wall time is its own
+# work. Here all handlers share one process and its GIL with moto's server and interpreter: with 100 runs
+# started at once, a hundred Launch handlers ran together and each took 100 times its CPU, past its 60 s
+# timeout (bench/concurrency.py, 2026-11-26: 48 of 100 runs failed on Sandbox.Timedout in 4 minutes).
+# So a bounded number run at once, as many sandboxes as keep that sharing small; no handler waits on
+# another invocation, so waiting for one cannot deadlock.
+SANDBOXES = 8
+
+
 class LambdaRuntime:
     """Installs the in-process runner and holds what it records."""
 
-    def __init__(self, enforce_timeouts: bool = True) -> None:
+    def __init__(self, enforce_timeouts: bool = True, sandboxes: int = SANDBOXES) -> None:
+        self.sandboxes = threading.BoundedSemaphore(sandboxes)
         self.faults = FaultRegistry()
         self.invocations = InvocationLog(self.faults)
         self.enforce_timeouts = enforce_timeouts
@@ -236,7 +246,13 @@ class LambdaRuntime:
         return environ
 
     def invoke(self, fn: Any, event: Any) -> tuple[str, bool, str]:
-        """moto's contract: (payload JSON, errored, logs)."""
+        """moto's contract: (payload JSON, errored, logs). At most ``sandboxes`` handlers run at once; the
+        others wait their turn, and a handler's clock (its timeout, the context's remaining time, the
+        recorded start) starts when it runs (see SANDBOXES)."""
+        with self.sandboxes:
+            return self._invoke(fn, event)
+
+    def _invoke(self, fn: Any, event: Any) -> tuple[str, bool, str]:
         # moto's invoke() passes the parsed body, or the text "{}" for an empty body.
         if event is None or event == "{}":
             event = {}

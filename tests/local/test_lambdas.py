@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -95,3 +96,23 @@ def test_fault_injection_rejects_nonsense() -> None:
 
     with pytest.raises(ValueError, match="times"):
         FaultRegistry().inject("f", "E", times=0)
+
+
+def test_handlers_wait_for_a_sandbox_and_their_clock_starts_when_they_run(
+    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On AWS each invocation has its own sandbox; here they share one GIL, so a bounded number run at once
+    and one that waited for its turn is not timed out for the wait (SlowFunction's Timeout is 1 s)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(aws.runtime, "sandboxes", threading.BoundedSemaphore(1))
+    name = stack.function_name("SlowFunction")
+    before = len(aws.invocations.of(name))
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: invoke(aws, name, {"seconds": 0.6}), range(3)))
+    assert results == [({"slept": 0.6}, None)] * 3, "an invocation was timed out for its wait"
+    calls = sorted(aws.invocations.of(name)[before:], key=lambda c: c.started)
+    assert len(calls) == 3
+    for earlier, later in itertools.pairwise(calls):
+        assert later.started >= earlier.finished, "two handlers ran at once in one sandbox"
