@@ -227,12 +227,17 @@ def build_rootfs() -> str:
     return tag
 
 
+def download(lock: Path, dest: Path) -> None:
+    """A hash-pinned requirements file's wheels into ``dest``, by the host's pip with --require-hashes."""
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+    argv += ["--require-hashes", "--only-binary=:all:", "--dest", str(dest), "-r", str(lock)]
+    subprocess.run(argv, check=True)
+
+
 def wheelhouse(dest: Path) -> Path:
-    """Every locked wheel, fetched once by the host's pip with --require-hashes (CACHE keeps them)."""
+    """Every locked wheel, fetched once (CACHE keeps them)."""
     for lock in LOCKS:
-        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
-        argv += ["--require-hashes", "--only-binary=:all:", "--dest", str(dest), "-r", str(lock)]
-        subprocess.run(argv, check=True)
+        download(lock, dest)
     return dest
 
 

@@ -13,34 +13,26 @@ tag, the Dockerfile, the CUDA lock, the requirements and the wheelhouse list.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "buildspecs"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools import docker_testbed as bed
+from wfbuild.toolkit import installer  # the production lock reader (install_cuda.py), as host mode uses it
+
+BUNDLE = bed.ROOT / "buildspecs"
 
 CUDA_WHEELS = bed.TESTBED / "wheelhouse-cu130-requirements.txt"
 DOCKERFILE = bed.TESTBED / "cuda-builder.Dockerfile"
 
 
-def installer() -> ModuleType:
-    """The production lock reader (buildspecs/images/scripts/install_cuda.py): which wheels a toolkit takes."""
-    spec = importlib.util.spec_from_file_location("wf_install_cuda", bed.IMAGES / "scripts" / "install_cuda.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def toolkit_requirements(cuda: str, requirements: list[str]) -> str:
     """The lock's wheels for this toolkit as hash-pinned requirement lines (what install_cuda.py downloads)."""
-    tool = installer()
+    tool = installer(BUNDLE)
     wheels, missing = tool.select(tool.load_lock(cuda, "x86_64"), requirements)
     if missing:
         raise tool.LockError(f"CUDA {cuda}: the lock holds no wheels for {'; '.join(missing)}")
@@ -48,16 +40,10 @@ def toolkit_requirements(cuda: str, requirements: list[str]) -> str:
 
 
 def cuda_builder_tag(cuda: str, requirements: list[str]) -> str:
-    lock = installer().lock_path(cuda, "x86_64")
+    lock = installer(BUNDLE).lock_path(cuda, "x86_64")
     parts = [bed.builder_tag().encode(), DOCKERFILE.read_bytes(), lock.read_bytes(), CUDA_WHEELS.read_bytes()]
     parts.append("\n".join(sorted(requirements)).encode())
     return f"wf-testbed/cuda-builder:{bed._digest(*parts)}"
-
-
-def _download(requirements: Path, dest: Path) -> None:
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
-    argv += ["--require-hashes", "--only-binary=:all:", "--dest", str(dest), "-r", str(requirements)]
-    subprocess.run(argv, check=True)
 
 
 def build_cuda_builder(cuda: str = "13.0", requirements: list[str] | None = None) -> str:
@@ -74,7 +60,7 @@ def build_cuda_builder(cuda: str = "13.0", requirements: list[str] | None = None
         pinned = context / "toolkit-requirements.txt"
         pinned.write_text(toolkit_requirements(cuda, requirements))
         for listing in (pinned, CUDA_WHEELS):
-            _download(listing, wheels)
+            bed.download(listing, wheels)
         (context / "wheelhouse").mkdir()
         for wheel in wheels.glob("*.whl"):  # hard links: the context is the cache's own files, not copies
             os.link(wheel, context / "wheelhouse" / wheel.name)

@@ -163,10 +163,15 @@ def check_source(source: Path) -> None:
         raise ValueError(f"--source {source}: expected a source folder or an sdist .tar.gz")
 
 
+def source_bytes(source: Path, project: str) -> bytes:
+    """What a --source uploads: a folder packed here, an sdist ``.tar.gz`` as it is."""
+    check_source(source)
+    return pack_source(source, project) if source.is_dir() else source.read_bytes()
+
+
 def upload_source(aws: EmbeddedAws, stack: Any, source: Path, project: str) -> str:
     """A source folder (packed here) or an sdist ``.tar.gz`` into the stack's bucket; returns its s3:// URI."""
-    check_source(source)
-    body = pack_source(source, project) if source.is_dir() else source.read_bytes()
+    body = source_bytes(source, project)
     s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
     key = f"sources/{project}-{hashlib.sha256(body).hexdigest()[:12]}.tar.gz"
     s3.put_object(Bucket=bucket, Key=key, Body=body)

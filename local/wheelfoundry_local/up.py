@@ -60,15 +60,14 @@ def source_location(request_path: Path) -> tuple[str, str]:
 def upload_to_request_uri(aws: Any, request_path: Path, source: Path) -> str:
     """A source folder (packed here) or an sdist ``.tar.gz`` (as it is) at the request's own source.s3 URI
     (its bucket created if needed), as ``local run --source`` takes them."""
-    from .demo import pack_source
+    from .demo import source_bytes
 
     bucket, key = source_location(request_path)
     name = str(json.loads(request_path.read_text()).get("name", source.name))
     s3 = aws.client("s3")
     if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
         s3.create_bucket(Bucket=bucket)
-    body = pack_source(source, name) if source.is_dir() else source.read_bytes()
-    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    s3.put_object(Bucket=bucket, Key=key, Body=source_bytes(source, name))
     return f"s3://{bucket}/{key}"
 
 

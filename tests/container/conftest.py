@@ -60,10 +60,15 @@ def builder_image(docker_testbed: ModuleType) -> str:
 @pytest.fixture
 def container_mode(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleType, builder_image: str) -> str:
     """The local agent runs the Build document with WF_CONTAINER=docker and the test builder image."""
+    return build_in(monkeypatch, docker_testbed, builder_image)
+
+
+def build_in(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleType, image: str) -> str:
+    """The local agent's builds run their stages in ``image`` on the test bed's engine."""
     monkeypatch.setenv("WF_LOCAL_CONTAINER", "docker")
-    monkeypatch.setenv("WF_BUILDER_IMAGE", builder_image)
+    monkeypatch.setenv("WF_BUILDER_IMAGE", image)
     monkeypatch.setenv("DOCKER_HOST", docker_testbed.docker_host())
-    return builder_image
+    return image
 
 
 @pytest.fixture

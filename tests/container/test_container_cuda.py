@@ -22,7 +22,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.container.conftest import unavailable
+from tests.container.conftest import build_in, unavailable
 from tests.local.test_reproducible_cuda import REQUEST, ROOT, _cuda_objects, _run
 from tests.workflow.test_merged import hide_system_cuda
 from tools.docker_testbed_cuda import build_cuda_builder
@@ -48,10 +48,7 @@ def cuda_container_mode(monkeypatch: pytest.MonkeyPatch, docker_testbed: ModuleT
     except Exception as exc:  # a build that cannot finish here is the same verdict as no engine
         unavailable(f"the CUDA builder image could not be built: {exc}")
         raise
-    monkeypatch.setenv("WF_LOCAL_CONTAINER", "docker")
-    monkeypatch.setenv("WF_BUILDER_IMAGE", image)
-    monkeypatch.setenv("DOCKER_HOST", docker_testbed.docker_host())
-    return image
+    return build_in(monkeypatch, docker_testbed, image)
 
 
 @pytest.mark.timeout(2400)
