@@ -1,17 +1,20 @@
 """One multi-architecture CUDA cell on this machine: nvcc --threads off against on (compile-stage wall).
 
-    .venv/bin/python bench/nvcc_threads.py [--source examples/extension | --torch-scatter] [--repeat 1]
+    .venv/bin/python bench/nvcc_threads.py [--source DIR | --torch-scatter | --corpus NAME]
+        [--arch-list "7.5;8.0;8.6;9.0;10.0;12.0+PTX"] [--repeat 1] [--also 3]
 
 Each run is a real `wheelfoundry local run` (embedded AWS, runner in host mode, the CUDA 13.0 toolkit from
-the repository's lock under WF_CACHE_DIR): one cell, torch 2.14 / Python 3.11, TORCH_CUDA_ARCH_LIST 8.0;9.0.
-"off" pins WF_NVCC_THREADS=1: the runner's choice before nvcc threads (MAX_JOBS = the cores). "on" lets the
-runner balance (wfbuild.parallelism: here 2 threads x MAX_JOBS 1 on 2 cores). The figure is the cell's
-build stage (the compile) from the job's log; the wheel's sha256 is printed beside it (the same both ways
-when both runs build in one folder; local runs use a folder per instance, so it may differ here by nvcc's
-path-derived anonymous-namespace names). --torch-scatter builds torch-scatter 2.1.2's sdist from PyPI
-(pinned by sha256) instead of the example; --corpus NAME a package of examples/corpus/corpus.toml (its
-sdist pinned there). The machine's load average is recorded beside each run: other
-work on the cores inflates both figures.
+the repository's lock under WF_CACHE_DIR, the job's compiler cache cold): one cell, torch 2.14 / Python
+3.11, TORCH_CUDA_ARCH_LIST 8.0;9.0 unless --arch-list names another. "off" pins WF_NVCC_THREADS=1: the
+runner's choice before nvcc threads (MAX_JOBS = the cores). "on" lets the runner balance
+(wfbuild.parallelism: the example's one .cu file on 2 cores gets MAX_JOBS 2 and 2 threads); --also N adds
+a row with the threads pinned to N. The figure is the cell's build stage from the job's log, split into
+the seconds in which a cicc or ptxas ran (nvcc's per-architecture steps, what --threads spreads over the
+cores; /proc sampled every 0.2 s) and the rest; the wheel's sha256 is printed beside it (the same every
+way: wfbuild.reproducible). --torch-scatter builds torch-scatter 2.1.2's sdist from PyPI (pinned by
+sha256) instead of the example; --corpus NAME a package of examples/corpus/corpus.toml (its sdist pinned
+there). The machine's load average is recorded beside each run: other work on the cores inflates both
+figures.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
+import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # PyPI's torch-scatter 2.1.2 sdist (pip download torch-scatter==2.1.2 --no-binary :all:)
 SCATTER_SHA256 = "69b3aa435f2424ac6a1bfb6ff702da6eb73b33ca0db38fb26989c74159258e47"
 STAGE = re.compile(r"stage (build-torch[^:]*): succeeded in ([0-9.]+)s")
+STARTED = re.compile(r"\[wfbuild (\d\d:\d\d:\d\d)\] stage build-torch[^:]*: bash ")
+DEVICE_STEPS = {"cicc", "ptxas"}  # nvcc's per-architecture steps: the work --threads spreads over cores
+PERIOD = 0.2
 SLOTS = re.compile(r"cell\(s\), \d+ at a time, (MAX_JOBS=\d+ each, nvcc --threads \d+)")
 
 
@@ -47,6 +55,41 @@ def scatter_sdist(dest: Path) -> Path:
     return sdist
 
 
+class DeviceSampler(threading.Thread):
+    """When nvcc's per-architecture steps run on this machine: ``/proc/*/comm`` every PERIOD seconds."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, int]] = []  # (epoch seconds, device steps running)
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(PERIOD):
+            running = 0
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    running += Path(f"/proc/{pid}/comm").read_text().strip() in DEVICE_STEPS
+                except OSError:
+                    continue  # exited while listed
+            self.samples.append((time.time(), running))
+
+    def device_seconds(self, start: float, seconds: float) -> float:
+        """Seconds of [start, start + seconds] with at least one device step running."""
+        return PERIOD * sum(1 for t, n in self.samples if start <= t <= start + seconds and n)
+
+
+def stage_start(log: str) -> float | None:
+    """The build stage's start (the runner logs local wall-clock seconds) as epoch seconds."""
+    found = STARTED.search(log)
+    if not found:
+        return None
+    clock = datetime.strptime(found.group(1), "%H:%M:%S").time()
+    moment = datetime.combine(datetime.now().date(), clock)
+    if moment > datetime.now():  # the run crossed midnight
+        moment -= timedelta(days=1)
+    return moment.timestamp()
+
+
 def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Path) -> dict[str, Any]:
     cwd.mkdir(parents=True)
     (cwd / "request.json").write_text(json.dumps(request))
@@ -55,7 +98,13 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     env |= {"WF_NVCC_THREADS": threads} if threads else {}
     argv = [sys.executable, "-m", "wheelfoundry_cli.main", "local", "run", "request.json", "--source", str(source)]
     load = os.getloadavg()[0]
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=7200, check=False)
+    sampler = DeviceSampler()
+    sampler.start()
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=7200, check=False)
+    finally:
+        sampler.done.set()
+        sampler.join()
     logs = [p.read_text(errors="replace") for p in (cwd / ".wf-local").glob("instances/*/logs/*.log")]
     # The build job's log (the test job of the published bytes logs its own cells' line too)
     log = next((text for text in logs if STAGE.search(text)), "\n".join(logs))
@@ -64,10 +113,15 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     wheels = sorted((cwd / "dist").glob("*.whl"))
     if done.returncode != 0 or not stage:
         raise SystemExit(f"run failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}\n{log[-3000:]}")
+    seconds, start = float(stage.group(2)), stage_start(log)
+    device = round(sampler.device_seconds(start, seconds), 1) if start else None
     return {
         "mode": "on" if threads is None else f"WF_NVCC_THREADS={threads}",
         "parallelism": slots.group(1) if slots else "?",
-        "compile_seconds": float(stage.group(2)),
+        "compile_seconds": seconds,
+        # the stage's seconds with a cicc or ptxas running, and the rest (host compiles, cudafe++, pip)
+        "device_step_seconds": device,
+        "other_seconds": round(seconds - device, 1) if device is not None else None,
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
         "wheel_sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest() if wheels else None,
@@ -81,6 +135,7 @@ def main() -> int:
     parser.add_argument("--corpus", help="a package of examples/corpus/corpus.toml instead (its pinned sdist)")
     parser.add_argument("--arch-list", default="8.0;9.0")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--also", type=int, nargs="*", default=[], help="more rows: WF_NVCC_THREADS pinned to N")
     args = parser.parse_args()
     os.environ.setdefault("WF_CACHE_DIR", str(ROOT / ".wfcache"))
     with tempfile.TemporaryDirectory(prefix="wf-nvcc-threads-") as tmp:
@@ -104,15 +159,20 @@ def main() -> int:
         for n in range(args.repeat):  # off then on, alternating, so drifting load hits both
             rows.append(one_run(request, source, "1", Path(tmp) / f"off{n}"))
             rows.append(one_run(request, source, None, Path(tmp) / f"on{n}"))
-    off = statistics.median(r["compile_seconds"] for r in rows if r["mode"] != "on")
+            rows += [one_run(request, source, str(t), Path(tmp) / f"t{t}-{n}") for t in args.also]
+    offs = [r for r in rows if r["mode"] == "WF_NVCC_THREADS=1"]
+    off = statistics.median(r["compile_seconds"] for r in offs)
     on = statistics.median(r["compile_seconds"] for r in rows if r["mode"] == "on")
     print(f"{name}, CUDA 13.0, TORCH_CUDA_ARCH_LIST={args.arch_list}, {os.cpu_count()} cores")
-    print(f"{'mode':20} {'runner chose':34} {'compile s':>9} {'load before/after':>17}  wheel sha256")
+    print(f"{'mode':20} {'runner chose':34} {'compile s':>9} {'device s':>8} {'other s':>7} {'load':>9}  wheel sha256")
     for r in rows:
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
         sha = (r["wheel_sha256"] or "-")[:16]
-        print(f"{r['mode']:20} {r['parallelism']:34} {r['compile_seconds']:>9.1f} {load:>17}  {sha}")
+        split = f"{r['device_step_seconds'] or 0:>8.1f} {r['other_seconds'] or 0:>7.1f}"
+        print(f"{r['mode']:20} {r['parallelism']:34} {r['compile_seconds']:>9.1f} {split} {load:>9}  {sha}")
     print(f"median compile: off {off:.1f} s, on {on:.1f} s: on/off = {on / off:.2f}x (target <= 0.65x)")
+    print("device s: the stage's seconds with a cicc or ptxas running (what --threads spreads over cores);")
+    print("other s: the rest (pip and setup.py, the compiler cache's preprocessing, cudafe++, the host compile, link)")
     out = ROOT / "bench" / "results" / f"nvcc_threads-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     summary = {"package": name, "arch_list": args.arch_list, "cpus": os.cpu_count(), "rows": rows, "ratio": on / off}
     out.write_text(json.dumps(summary, indent=1) + "\n")
