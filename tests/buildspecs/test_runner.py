@@ -25,7 +25,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.buildspecs.conftest import BUNDLE, example_source, run
 from tests.buildspecs.jobs import plan_extension_job
-from wfbuild import runner
+from wfbuild import finish, runner
 from wheelfoundry_user.failures import cause_lines
 
 OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures", "missing_cells"}
@@ -480,12 +480,12 @@ def test_links_the_build_plants_in_its_tree_never_reach_host_files(aws: Aws, tmp
     env = runner_env(aws, key, "", work, tmp_path / "cache", WF_CONTAINER="docker")
     built = runner.Job(env, clients(aws, []))
     built.job = job
-    data = built.load_manifest()  # stages.json is a link: refused, and the link target is untouched
+    data = finish.load_manifest(built)  # stages.json is a link: refused, and the link target is untouched
     assert data["status"] == "failed" and "SECRET" not in json.dumps(data)
     assert json.loads(secret.read_text())["HOST"] == "SECRET"
     assert "SECRET" not in (tmp_path / "work.runner" / "manifest.json").read_text()
     (work / "meta" / "stages.json").unlink()
-    refused = built.load_manifest()  # now manifest.json itself: a link, refused
+    refused = finish.load_manifest(built)  # now manifest.json itself: a link, refused
     assert "manifest.json: Too many levels of symbolic links" in refused["failures"][0]["error"]
     entry = {"smoke": "passed", "name": "x-1.0-py3-none-any.whl", "path": "dist/x-1.0-py3-none-any.whl",
              "sha256": "0" * 64, "requires_python": ""}  # fmt: skip

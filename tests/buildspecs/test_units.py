@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from tests.buildspecs.conftest import BUNDLE
 from tests.buildspecs.jobs import jobs
-from wfbuild import callback, container, envs, source, versions, wheelfile
+from wfbuild import callback, container, envs, source, stage_env, versions, wheelfile
 from wfbuild.execute import BuildLog
 from wfbuild.libs import nvidia_rpaths
 from wfbuild.runner import Job
@@ -238,7 +238,7 @@ def test_container_stage_env_and_run_argv(tmp_path: Path) -> None:
     from wfbuild.stages import render_stages
 
     stage = next(s for s in render_stages(job.job) if s.name == "build-torchvision-3.11")
-    env = job.stage_env(stage, in_container=True)
+    env = stage_env.for_stage(job, stage, in_container=True)
     assert env["PYTHONPATH"] == "/bundle" and env["WF_WORK_DIR"] == "/work" and env["AWS_REGION"] == "us-east-1"
     assert env["BUILD_VERSION"] == "0.20.1+cpu" and env["TORCHVISION_USE_PNG"] == "1" and env["BLAS"] == "MKL"
     assert "secret-token" not in json.dumps(env)

@@ -1,0 +1,70 @@
+"""A job's cells on this host: how many build at once, with what MAX_JOBS and nvcc threads (this host's
+cores and memory, split by wfbuild.parallelism so nothing swaps), each cell's stages in order, the cells
+side by side. WF_CELL_SLOTS / WF_NVCC_THREADS in the runner's environment pin the split."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import TYPE_CHECKING
+
+from wfbuild import container, hostinfo, parallelism
+from wfbuild.stages import Stage
+
+if TYPE_CHECKING:
+    from wfbuild.runner import Job
+
+
+def spare_gib(job: Job) -> float:
+    """This host's memory less what the runner keeps for itself (WF_RESERVE_GIB, default 4)."""
+    return hostinfo.memory_gib() - float(job.job.get("env", {}).get("WF_RESERVE_GIB") or 4.0)
+
+
+def limits(job: Job) -> container.Limits:
+    """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
+    memory = max(1.0, spare_gib(job))
+    return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
+
+
+def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
+    """Cells at once, MAX_JOBS and nvcc threads of each."""
+    env = job.job.get("env", {})
+    cores = hostinfo.cores()
+    threads = job.environ.get("WF_NVCC_THREADS")
+    ext = job.job.get("extension") or {}
+    src = job.work / "src" / str(ext.get("name") or "")
+    units = parallelism.cuda_units(src) if job.job.get("cuda") and ext and src.is_dir() else None
+    if units is not None:
+        job.log.note(f"{units} .cu file(s) in the source: nvcc threads take the cores they leave")
+    return parallelism.cell_slots(
+        cores,
+        spare_gib(job),
+        float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0),
+        float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0),
+        cells,
+        int(env.get("MAX_JOBS") or cores),
+        parallelism.arch_count(job.job.get("arch_list")) if job.job.get("cuda") else 1,
+        int(job.environ.get("WF_CELL_SLOTS") or 0) or None,
+        int(threads) if threads else None,
+        units,
+    )
+
+
+def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:
+    """The cells' stages (host and container renderings), cell by cell in order, cells side by side."""
+    groups: dict[str, list[tuple[Stage, Stage]]] = {}
+    for pair in pairs:
+        groups.setdefault(pair[0].group or "", []).append(pair)
+    slots = cell_slots(job, len(groups))
+    each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
+    job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}")
+    job.parallelism = {"cells_at_once": slots.cells, "max_jobs": slots.jobs, "nvcc_threads": slots.threads}
+    extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
+    extra["WF_NVCC_THREADS"] = str(slots.threads)
+
+    def chain(name: str) -> None:
+        for pair in groups[name]:
+            job.step(pair, image, fatal_failed, extra)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=slots.cells) as pool:
+        for future in [pool.submit(chain, name) for name in groups]:
+            future.result()
