@@ -29,8 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # PyPI's torch-scatter 2.1.2 sdist (pip download torch-scatter==2.1.2 --no-binary :all:)
 SCATTER_SHA256 = "69b3aa435f2424ac6a1bfb6ff702da6eb73b33ca0db38fb26989c74159258e47"
 STAGE = re.compile(r"stage (build-torch[^:]*): succeeded in ([0-9.]+)s")
-STARTED = re.compile(r"\[wfbuild (\d\d:\d\d:\d\d)\] stage build-torch[^:]*: bash ")
 DEVICE_STEPS = {"cicc", "ptxas"}  # nvcc's per-architecture steps: the work --threads spreads over cores
 PERIOD = 0.2
 SLOTS = re.compile(r"cell\(s\), \d+ at a time, (MAX_JOBS=\d+ each, nvcc --threads \d+)")
@@ -60,34 +58,23 @@ class DeviceSampler(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.samples: list[tuple[float, int]] = []  # (epoch seconds, device steps running)
+        self.busy = 0  # samples that saw a device step running
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(PERIOD):
-            running = 0
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    running += Path(f"/proc/{pid}/comm").read_text().strip() in DEVICE_STEPS
-                except OSError:
-                    continue  # exited while listed
-            self.samples.append((time.time(), running))
+            self.busy += any(_comm(pid) in DEVICE_STEPS for pid in filter(str.isdigit, os.listdir("/proc")))
 
-    def device_seconds(self, start: float, seconds: float) -> float:
-        """Seconds of [start, start + seconds] with at least one device step running."""
-        return PERIOD * sum(1 for t, n in self.samples if start <= t <= start + seconds and n)
+    def device_seconds(self) -> float:
+        """Seconds with at least one device step running: the run compiles only in its build stage."""
+        return PERIOD * self.busy
 
 
-def stage_start(log: str) -> float | None:
-    """The build stage's start (the runner logs local wall-clock seconds) as epoch seconds."""
-    found = STARTED.search(log)
-    if not found:
-        return None
-    clock = datetime.strptime(found.group(1), "%H:%M:%S").time()
-    moment = datetime.combine(datetime.now().date(), clock)
-    if moment > datetime.now():  # the run crossed midnight
-        moment -= timedelta(days=1)
-    return moment.timestamp()
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""  # exited while listed
 
 
 def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Path) -> dict[str, Any]:
@@ -113,15 +100,14 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     wheels = sorted((cwd / "dist").glob("*.whl"))
     if done.returncode != 0 or not stage:
         raise SystemExit(f"run failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}\n{log[-3000:]}")
-    seconds, start = float(stage.group(2)), stage_start(log)
-    device = round(sampler.device_seconds(start, seconds), 1) if start else None
+    seconds, device = float(stage.group(2)), round(sampler.device_seconds(), 1)
     return {
         "mode": "on" if threads is None else f"WF_NVCC_THREADS={threads}",
         "parallelism": slots.group(1) if slots else "?",
         "compile_seconds": seconds,
         # the stage's seconds with a cicc or ptxas running, and the rest (host compiles, cudafe++, pip)
         "device_step_seconds": device,
-        "other_seconds": round(seconds - device, 1) if device is not None else None,
+        "other_seconds": round(seconds - device, 1),
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
         "wheel_sha256": hashlib.sha256(wheels[0].read_bytes()).hexdigest() if wheels else None,
@@ -168,7 +154,7 @@ def main() -> int:
     for r in rows:
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
         sha = (r["wheel_sha256"] or "-")[:16]
-        split = f"{r['device_step_seconds'] or 0:>8.1f} {r['other_seconds'] or 0:>7.1f}"
+        split = f"{r['device_step_seconds']:>8.1f} {r['other_seconds']:>7.1f}"
         print(f"{r['mode']:20} {r['parallelism']:34} {r['compile_seconds']:>9.1f} {split} {load:>9}  {sha}")
     print(f"median compile: off {off:.1f} s, on {on:.1f} s: on/off = {on / off:.2f}x (target <= 0.65x)")
     print("device s: the stage's seconds with a cicc or ptxas running (what --threads spreads over cores);")
