@@ -1,6 +1,6 @@
 """One multi-architecture CUDA cell on this machine: nvcc --threads off against on (compile-stage wall).
 
-    .venv/bin/python bench/nvcc_threads.py [--source DIR | --torch-scatter | --corpus NAME]
+    .venv/bin/python bench/nvcc_threads.py [--source DIR | --corpus NAME]
         [--arch-list "7.5;8.0;8.6;9.0;10.0;12.0+PTX"] [--repeat 1] [--also 3]
 
 Each run is a real `wheelfoundry local run` (embedded AWS, runner in host mode, the CUDA 13.0 toolkit from
@@ -11,10 +11,11 @@ runner's choice before nvcc threads (MAX_JOBS = the cores). "on" lets the runner
 a row with the threads pinned to N. The figure is the cell's build stage from the job's log, split into
 the seconds in which a cicc or ptxas ran (nvcc's per-architecture steps, what --threads spreads over the
 cores; /proc sampled every 0.2 s) and the rest; the wheel's sha256 is printed beside it (the same every
-way: wfbuild.reproducible). --torch-scatter builds torch-scatter 2.1.2's sdist from PyPI (pinned by
-sha256) instead of the example; --corpus NAME a package of examples/corpus/corpus.toml (its sdist pinned
-there). The machine's load average is recorded beside each run: other work on the cores inflates both
-figures.
+way: wfbuild.reproducible). --corpus NAME builds a package of examples/corpus/corpus.toml (its PyPI sdist,
+pinned there) instead of the example: `--corpus torch-scatter` is the PyG layout, one extension per .cu
+file built one after another without ninja, whose CUDA units wfbuild.parallel_compile gives the threads
+of a .cu file alone (the "per step" part of the column, from the build's own summary line). The
+machine's load average is recorded beside each run: other work on the cores inflates both figures.
 """
 
 from __future__ import annotations
@@ -34,23 +35,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# PyPI's torch-scatter 2.1.2 sdist (pip download torch-scatter==2.1.2 --no-binary :all:)
-SCATTER_SHA256 = "69b3aa435f2424ac6a1bfb6ff702da6eb73b33ca0db38fb26989c74159258e47"
 STAGE = re.compile(r"stage (build-torch[^:]*): succeeded in ([0-9.]+)s")
 DEVICE_STEPS = {"cicc", "ptxas"}  # nvcc's per-architecture steps: the work --threads spreads over cores
 PERIOD = 0.2
 SLOTS = re.compile(r"cell\(s\), \d+ at a time, (MAX_JOBS=\d+ each, nvcc --threads \d+)")
-
-
-def scatter_sdist(dest: Path) -> Path:
-    """torch-scatter 2.1.2's sdist, through pip (PyPI's own client), checked against its pinned sha256."""
-    argv = [sys.executable, "-m", "pip", "download", "torch-scatter==2.1.2", "--no-deps", "--no-binary", ":all:"]
-    subprocess.run([*argv, "--no-build-isolation", "-d", str(dest)], check=True, capture_output=True)
-    (sdist,) = dest.glob("torch_scatter-2.1.2.tar.gz")
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != SCATTER_SHA256:
-        raise SystemExit(f"{sdist.name}: sha256 {digest}, pinned {SCATTER_SHA256}")
-    return sdist
+STEPS = re.compile(r"parallel compile: .*compilers at once, nvcc (--threads [0-9/]+) for CUDA units")
 
 
 class DeviceSampler(threading.Thread):
@@ -96,14 +85,14 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     # The build job's log (the test job of the published bytes logs its own cells' line too)
     log = next((text for text in logs if STAGE.search(text)), "\n".join(logs))
     stage = STAGE.search(log)
-    slots = SLOTS.search(log)
+    slots, steps = SLOTS.search(log), STEPS.search(log)
     wheels = sorted((cwd / "dist").glob("*.whl"))
     if done.returncode != 0 or not stage:
         raise SystemExit(f"run failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}\n{log[-3000:]}")
     seconds, device = float(stage.group(2)), round(sampler.device_seconds(), 1)
     return {
         "mode": "on" if threads is None else f"WF_NVCC_THREADS={threads}",
-        "parallelism": slots.group(1) if slots else "?",
+        "parallelism": (slots.group(1) if slots else "?") + (f"; per step {steps.group(1)}" if steps else ""),
         "compile_seconds": seconds,
         # the stage's seconds with a cicc or ptxas running, and the rest (host compiles, cudafe++, pip)
         "device_step_seconds": device,
@@ -117,7 +106,6 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, default=ROOT / "examples" / "extension")
-    parser.add_argument("--torch-scatter", action="store_true", help="torch-scatter 2.1.2 from PyPI instead")
     parser.add_argument("--corpus", help="a package of examples/corpus/corpus.toml instead (its pinned sdist)")
     parser.add_argument("--arch-list", default="8.0;9.0")
     parser.add_argument("--repeat", type=int, default=1)
@@ -126,8 +114,6 @@ def main() -> int:
     os.environ.setdefault("WF_CACHE_DIR", str(ROOT / ".wfcache"))
     with tempfile.TemporaryDirectory(prefix="wf-nvcc-threads-") as tmp:
         source, name = args.source.resolve(), "wf-example-ops"
-        if args.torch_scatter:
-            source, name = scatter_sdist(Path(tmp) / "sdist"), "torch-scatter"
         if args.corpus:
             sys.path.insert(0, str(ROOT))
             from tools.corpus import fetch_sdist
@@ -150,12 +136,12 @@ def main() -> int:
     off = statistics.median(r["compile_seconds"] for r in offs)
     on = statistics.median(r["compile_seconds"] for r in rows if r["mode"] == "on")
     print(f"{name}, CUDA 13.0, TORCH_CUDA_ARCH_LIST={args.arch_list}, {os.cpu_count()} cores")
-    print(f"{'mode':20} {'runner chose':34} {'compile s':>9} {'device s':>8} {'other s':>7} {'load':>9}  wheel sha256")
+    print(f"{'mode':20} {'runner chose':56} {'compile s':>9} {'device s':>8} {'other s':>7} {'load':>9}  wheel sha256")
     for r in rows:
         load = f"{r['load_before']:.2f}/{r['load_after']:.2f}"
         sha = (r["wheel_sha256"] or "-")[:16]
         split = f"{r['device_step_seconds']:>8.1f} {r['other_seconds']:>7.1f}"
-        print(f"{r['mode']:20} {r['parallelism']:34} {r['compile_seconds']:>9.1f} {split} {load:>9}  {sha}")
+        print(f"{r['mode']:20} {r['parallelism']:56} {r['compile_seconds']:>9.1f} {split} {load:>9}  {sha}")
     print(f"median compile: off {off:.1f} s, on {on:.1f} s: on/off = {on / off:.2f}x (target <= 0.65x)")
     print("device s: the stage's seconds with a cicc or ptxas running (what --threads spreads over cores);")
     print("other s: the rest (pip and setup.py, the compiler cache's preprocessing, cudafe++, the host compile, link)")

@@ -115,6 +115,10 @@ def test_nvcc_threads_are_appended_to_the_flags_already_there_and_never_override
     assert nvcc_threads_env({}, 2) == {"NVCC_APPEND_FLAGS": "--threads 2"}
     assert nvcc_threads_env(base, 1) == {}
     assert nvcc_threads_env({"NVCC_APPEND_FLAGS": "-t 3"}, 4) == {}
+    # a package's own --threads also holds where a compile step's .cu file compiles alone
+    own = {"NVCC_APPEND_FLAGS": "--threads=3", "WF_NVCC_THREADS_ALONE": "4"}
+    assert nvcc_threads_env(own, 2) == {"WF_NVCC_THREADS_ALONE": "1"}
+    assert nvcc_threads_env({"WF_NVCC_THREADS_ALONE": "4"}, 2) == {"NVCC_APPEND_FLAGS": "--threads 2"}
     # CUDA >= 13.0: intermediates named after the object, not nvcc's pid (whatever the thread count)
     assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 1) == {"NVCC_APPEND_FLAGS": "-objtemp"}
     assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 2) == {"NVCC_APPEND_FLAGS": "--threads 2 -objtemp"}

@@ -18,10 +18,19 @@ The hook is installed into a build environment (``python -m wfbuild.parallel_com
 ``WF_COMPILE_JOBS`` > 1, and patches distutils only when a build imports it. Each parallel
 ``compile`` appends one JSON line to ``WF_PARALLEL_LOG`` (units, jobs, peak children, seconds).
 ``python -m wfbuild.parallel_compile backend --src DIR`` names the source's build backend.
+
+A compile step knows how many of its units are CUDA files, which the runner, counting a whole tree's
+``.cu`` files, does not: the PyG packages build one extension per ``.cu`` file, one extension after
+another, so one nvcc runs at a time however many the tree holds. Where the runner exports
+``WF_NVCC_THREADS_ALONE`` (the nvcc threads its cell's cores and memory give one ``.cu`` file compiling
+alone: wfbuild.parallelism), each ``.cu`` unit's nvcc gets that many threads shared by the step's ``.cu``
+units that run at once (``unit_threads``), through its own copy of NVCC_APPEND_FLAGS. The thread count
+never changes the bytes (tests/buildspecs/test_nvcc_threads.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import json
 import os
@@ -31,10 +40,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 HOOK = "_wf_parallel_compile"  # the module's name inside a build environment
 SUFFIXES = ("distutils.ccompiler", "distutils.compilers.C.base")  # setuptools' own, older ones, the stdlib's
+CUDA_FILES = (".cu", ".cuh")  # what torch.utils.cpp_extension compiles with nvcc (_is_cuda_file)
+_THREADS = re.compile(r"(?:^|\s)--threads[= ]\d+(?=\s|$)")  # the runner's own (wfbuild.parallelism)
 _LOCK = threading.Lock()
 
 
@@ -43,6 +55,48 @@ def jobs() -> int:
         return max(1, int(os.environ.get("WF_COMPILE_JOBS") or 1))
     except ValueError:
         return 1
+
+
+def unit_threads(sources: list[str], limit: int) -> int:
+    """nvcc threads for each CUDA unit of a compile step of ``sources``, ``limit`` units at a time: the
+    threads of one alone, shared by the CUDA units that run at once; 0 leaves NVCC_APPEND_FLAGS as set."""
+    try:
+        alone = int(os.environ.get("WF_NVCC_THREADS_ALONE") or 0)
+    except ValueError:
+        return 0
+    cuda = sum(1 for source in sources if source.endswith(CUDA_FILES))
+    return max(1, alone // min(limit, cuda)) if alone > 1 and cuda else 0
+
+
+def with_threads(flags: str, threads: int) -> str:
+    """``flags`` (NVCC_APPEND_FLAGS) with the runner's ``--threads`` replaced by ``threads`` (none for 1)."""
+    kept = _THREADS.sub("", flags).strip()
+    return f"{kept} --threads {threads}".strip() if threads > 1 else kept
+
+
+@contextlib.contextmanager
+def _nvcc_flags(threads: int) -> Iterator[None]:
+    """NVCC_APPEND_FLAGS with ``threads`` meanwhile (0: untouched); put back after (the build's own process)."""
+    before = os.environ.get("NVCC_APPEND_FLAGS")
+    if threads:
+        os.environ["NVCC_APPEND_FLAGS"] = with_threads(before or "", threads)
+    try:
+        yield
+    finally:
+        if threads and before is None:
+            os.environ.pop("NVCC_APPEND_FLAGS", None)
+        elif threads:
+            os.environ["NVCC_APPEND_FLAGS"] = before or ""
+
+
+def _nvcc_threads(compile_one: Any, threads: int) -> Any:
+    """``compile_one`` whose CUDA units run nvcc with ``threads``."""
+
+    def one(*call: Any) -> Any:
+        with _nvcc_flags(threads if str(call[1]).endswith(CUDA_FILES) else 0):
+            return compile_one(*call)
+
+    return one
 
 
 def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error: type[Exception]) -> int:
@@ -94,8 +148,11 @@ def _record(entry: dict[str, Any]) -> None:
 def _wrap(original: Any, error: type[Exception]) -> Any:
     def compile(self: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
         limit = jobs()
-        if limit <= 1 or len(sources) <= 1:
+        if limit <= 1:  # the serial loop, untouched (the hook is installed only for more jobs)
             return original(self, sources, *args, **kwargs)
+        if len(sources) <= 1:  # one unit, compiled here: a CUDA one alone
+            with _nvcc_flags(unit_threads([str(source) for source in sources], 1)):
+                return original(self, sources, *args, **kwargs)
         with _LOCK:  # build_ext --parallel threads share one compiler object: one recording at a time
             queued: list[tuple[Any, ...]] = []
             own = "_compile" in self.__dict__  # torch's wrapper is an instance attribute
@@ -109,14 +166,18 @@ def _wrap(original: Any, error: type[Exception]) -> Any:
                 else:
                     del self._compile
         started = time.monotonic()
+        threads = unit_threads([str(call[1]) for call in queued], limit)
         if len(queued) <= 1:
             for call in queued:
-                compile_one(*call)
+                _nvcc_threads(compile_one, threads)(*call)
             return objects
-        peak = run_forked(queued, compile_one, limit, error)
+        peak = run_forked(queued, _nvcc_threads(compile_one, threads), limit, error)
         seconds = round(time.monotonic() - started, 2)
-        _record({"units": len(queued), "jobs": limit, "peak": peak, "seconds": seconds})
-        print(f"wfbuild.parallel_compile: {len(queued)} units, up to {limit} at a time, {seconds}s", file=sys.stderr)
+        _record({"units": len(queued), "jobs": limit, "peak": peak, "seconds": seconds, "nvcc_threads": threads})
+        cuda = f", nvcc --threads {threads} for its CUDA unit(s)" if threads else ""
+        print(
+            f"wfbuild.parallel_compile: {len(queued)} units, up to {limit} at a time{cuda}, {seconds}s", file=sys.stderr
+        )
         return objects
 
     compile.__wf_parallel__ = True  # type: ignore[attr-defined]
@@ -201,7 +262,9 @@ def summary(log: str) -> str:
     if not entries:
         return "no compile step with more than one translation unit ran in parallel"
     units, peak = sum(e["units"] for e in entries), max(e["peak"] for e in entries)
-    return f"{units} translation unit(s) in {len(entries)} compile step(s), at most {peak} compilers at once"
+    threads = sorted({e["nvcc_threads"] for e in entries if e.get("nvcc_threads")})
+    cuda = f", nvcc --threads {'/'.join(map(str, threads))} for CUDA units" if threads else ""
+    return f"{units} translation unit(s) in {len(entries)} compile step(s), at most {peak} compilers at once{cuda}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ nvcc run N of them side by side (cicc and ptxas per architecture). It reaches ev
 torch's BuildExtension and CMake alike, through ``NVCC_APPEND_FLAGS`` (read by nvcc >= 11.5), so no
 package is edited. The cores go first to cells (one compile job each, as memory allows); then, where the
 runner has counted the source's ``.cu`` files, MAX_JOBS keeps the cell's cores and nvcc threads take what
-the CUDA units leave (``cell_slots``), else (the planner's model) to nvcc threads (up to the architecture
+the CUDA units leave (``cell_slots``; a build without ninja shares them per compile step instead:
+wfbuild.parallel_compile), else (the planner's model) to nvcc threads (up to the architecture
 count), then to MAX_JOBS: cells x MAX_JOBS x threads stays within the cores. Threads give way while the
 memory (a job's, plus a thread's for each further thread) does not fit. The planner
 (wheelfoundry.walltime.compile_slots) models the second way: it has no source to count.
@@ -31,6 +32,7 @@ class CellSlots:
     cells: int  # cells built at once
     jobs: int  # MAX_JOBS of each
     threads: int  # nvcc --threads of each (1: no flag)
+    alone: int = 1  # nvcc --threads of a .cu file that compiles alone in its cell (wfbuild.parallel_compile)
 
 
 def arch_count(arch_list: str | None) -> int:
@@ -55,26 +57,32 @@ def cell_slots(
     ``cuda_units``: the ``.cu`` files of the source (the runner counts them), when known. Then MAX_JOBS
     keeps every core of the cell (the C++ units compile beside the CUDA ones) and nvcc threads take the
     cores the CUDA units leave: a package of one ``.cu`` file on 2 cores compiles it with 2 threads
-    beside its ``.cpp``, one of 8 ``.cu`` files with none. Unknown (the planner's model), threads first."""
+    beside its ``.cpp``, one of 8 ``.cu`` files with none. Unknown (the planner's model), threads first.
+    ``alone``: the threads of one ``.cu`` file compiling with no other nvcc beside it in the cell, which
+    wfbuild.parallel_compile gives a ninja-less compile step's CUDA units (one extension per ``.cu`` file:
+    one nvcc at a time however many files the tree holds), shared by those that run at once."""
     by_memory = max(1, int(spare_gib // gib_per_job))
     units = max(1, min(cores, by_memory, max_jobs))
     slots = max(1, min(cells, units, slots_override or cells))
     per_cell = max(1, cores // slots)
     if cuda_units is not None and archs > 1:
         jobs = max(1, min(units // slots, per_cell))
-        side_by_side = max(1, min(jobs, cuda_units))  # nvcc calls that may run at once
-        threads = threads_override or min(archs, max(1, per_cell // side_by_side), MAX_NVCC_THREADS)
-        while threads > 1 and not threads_override:
-            if slots * (jobs * gib_per_job + side_by_side * (threads - 1) * gib_per_thread) <= spare_gib:
-                break
-            threads -= 1
-        return CellSlots(slots, jobs, max(1, threads))
+
+        def fitting(side_by_side: int) -> int:  # threads of each of ``side_by_side`` nvcc calls at once
+            threads = threads_override or min(archs, max(1, per_cell // side_by_side), MAX_NVCC_THREADS)
+            while threads > 1 and not threads_override:
+                if slots * (jobs * gib_per_job + side_by_side * (threads - 1) * gib_per_thread) <= spare_gib:
+                    break
+                threads -= 1
+            return max(1, threads)
+
+        return CellSlots(slots, jobs, fitting(max(1, min(jobs, cuda_units))), fitting(1))
     threads = threads_override or min(archs, per_cell, MAX_NVCC_THREADS)
     while True:
         jobs = max(1, min(units // slots, per_cell // threads))
         fits = slots * jobs * (gib_per_job + (threads - 1) * gib_per_thread) <= spare_gib
         if threads == 1 or fits or threads_override:
-            return CellSlots(slots, jobs, max(1, threads))
+            return CellSlots(slots, jobs, max(1, threads), max(1, threads))
         threads -= 1
 
 
@@ -96,17 +104,21 @@ def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True)
     ``tmpxft_<pid>``, whose name reaches the object's symbols (``_GLOBAL__sub_I_tmpxft_..._cudafe1.cpp``), so
     two builds differ by nvcc's process ids whatever the thread count. Other NVCC_APPEND_FLAGS (the
     reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins.
-    ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun steps and loses the object with
-    -objtemp: checked here), so the pid names stay (wfbuild.reproducible does not promise those bytes)."""
+    A package's own ``--threads`` also turns off wfbuild.parallel_compile's per-step threads
+    (``WF_NVCC_THREADS_ALONE`` 1). ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun
+    steps and loses the object with -objtemp: checked here), so the pid names stay (wfbuild.reproducible
+    does not promise those bytes)."""
     flags = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
+    own = "--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)
     extra = []
-    if threads > 1 and not ("--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)):
+    if threads > 1 and not own:
         extra.append(f"--threads {threads}")
     if objtemp and _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
         extra.append("-objtemp")
-    if not extra:
-        return {}
-    return {"NVCC_APPEND_FLAGS": " ".join(filter(None, [env.get("NVCC_APPEND_FLAGS", ""), *extra]))}
+    out = {"WF_NVCC_THREADS_ALONE": "1"} if own and "WF_NVCC_THREADS_ALONE" in env else {}
+    if extra:
+        out["NVCC_APPEND_FLAGS"] = " ".join(filter(None, [env.get("NVCC_APPEND_FLAGS", ""), *extra]))
+    return out
 
 
 def _cuda_at_least(version: str, least: tuple[int, int]) -> bool:

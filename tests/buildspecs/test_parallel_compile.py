@@ -117,7 +117,8 @@ class _Compiler:
             import time
 
             time.sleep(0.05)  # long enough for the other units to start meanwhile
-            Path(obj).write_text(f"{self.compiler_so} {os.getpid()}")
+            flags = os.environ.get("NVCC_APPEND_FLAGS", "-")  # what an nvcc started here would read
+            Path(obj).write_text(f"{self.compiler_so} {os.getpid()}\n{flags}")
         finally:
             self.compiler_so = saved
 
@@ -156,6 +157,64 @@ def test_one_job_leaves_the_serial_loop_alone(monkeypatch: pytest.MonkeyPatch, t
     assert {Path(o).read_text().split()[1] for o in objects} == {str(os.getpid())}
 
 
+def _nvcc_flags(objects: list[str]) -> list[str]:
+    return [Path(o).read_text().split("\n")[1] for o in objects]
+
+
+RUNNER = "-Xcompiler=-ffile-prefix-map=/w=. -objtemp"  # what the runner exports beside WF_NVCC_THREADS_ALONE
+
+
+@pytest.mark.parametrize(
+    ("jobs", "sources", "expected"),
+    [
+        # torch-scatter's _segment_csr_cuda: one .cu beside two .cpp, so its nvcc runs alone: every thread
+        (
+            2,
+            ["segment_csr.cpp", "cpu/segment_csr_cpu.cpp", "cuda/segment_csr_cuda.cu"],
+            [RUNNER, RUNNER, f"{RUNNER} --threads 4"],
+        ),
+        (3, ["a.cu", "b.cu", "c.cpp"], [f"{RUNNER} --threads 2"] * 2 + [RUNNER]),  # two nvcc at once: 2 each
+        (2, ["a.cu", "b.cu", "c.cu"], [f"{RUNNER} --threads 2"] * 3),  # two at a time
+        (8, ["a.cu", "b.cu", "c.cu", "d.cu", "e.cu"], [RUNNER] * 5),  # 4 // 5: nvcc's default, one
+        (1, ["a.cpp", "b.cu"], [RUNNER, RUNNER]),  # one job: the serial loop as it was, the runner's flags
+        (4, ["only_cuda.cu"], [f"{RUNNER} --threads 4"]),  # a step of one unit compiles in this process
+    ],
+)
+def test_a_steps_cuda_units_share_the_threads_of_one_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int, sources: list[str], expected: list[str]
+) -> None:
+    cls = _patched(monkeypatch, jobs)
+    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "4")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", RUNNER)
+    assert _nvcc_flags(cls().compile(sources, tmp_path)) == expected
+    assert os.environ["NVCC_APPEND_FLAGS"] == RUNNER  # put back in the build's own process
+
+
+def test_the_runners_threads_stay_where_it_exports_no_threads_for_one_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cls = _patched(monkeypatch, 2)
+    monkeypatch.delenv("WF_NVCC_THREADS_ALONE", raising=False)
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "--threads 2")
+    assert _nvcc_flags(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
+    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "1")  # a package's own --threads (wfbuild.parallelism)
+    assert _nvcc_flags(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "threads", "expected"),
+    [
+        ("-objtemp --threads 2", 4, "-objtemp --threads 4"),
+        ("--threads=2 -objtemp", 3, "-objtemp --threads 3"),
+        ("-Xcompiler=-ffile-prefix-map=/w=. --threads 2", 1, "-Xcompiler=-ffile-prefix-map=/w=."),
+        ("", 2, "--threads 2"),
+        ("-Xnvlink=--threads-unused", 2, "-Xnvlink=--threads-unused --threads 2"),  # only the whole flag
+    ],
+)
+def test_with_threads_replaces_only_the_threads_flag(flags: str, threads: int, expected: str) -> None:
+    assert parallel_compile.with_threads(flags, threads) == expected
+
+
 @pytest.mark.parametrize(
     ("pyproject", "expected"),
     [
@@ -170,3 +229,17 @@ def test_backend_names_the_build_system(tmp_path: Path, pyproject: str | None, e
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
     assert parallel_compile.backend(str(tmp_path)) == expected
+
+
+def test_the_summary_names_the_cuda_units_threads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cls = _patched(monkeypatch, 2)
+    monkeypatch.setenv("WF_PARALLEL_LOG", str(tmp_path / "parallel.jsonl"))
+    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "2")
+    cls().compile(["scatter.cpp", "scatter_cpu.cpp"], tmp_path)  # the _cpu extension: no CUDA unit
+    assert parallel_compile.summary(str(tmp_path / "parallel.jsonl")).endswith("at most 2 compilers at once")
+    cls().compile(["scatter.cpp", "scatter_cpu.cpp", "scatter_cuda.cu"], tmp_path)
+    line = parallel_compile.summary(str(tmp_path / "parallel.jsonl"))
+    assert (
+        line
+        == "5 translation unit(s) in 2 compile step(s), at most 2 compilers at once, nvcc --threads 2 for CUDA units"
+    )

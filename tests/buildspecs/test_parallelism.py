@@ -46,3 +46,25 @@ def test_cuda_units_counts_the_trees_cu_files_without_following_links(tmp_path: 
     (outside / "c.cu").write_text("")
     os.symlink(outside, tmp_path / "linked")  # a build's tree may link anywhere: not followed
     assert cuda_units(tmp_path) == 2
+
+
+@pytest.mark.parametrize(
+    "cores,spare,archs,units,expected",
+    [
+        (2, 200.0, 2, 3, (2, 1, 2)),  # torch-scatter's three .cu files on 2 cores: alone, one gets both
+        (16, 200.0, 6, 16, (16, 1, 6)),  # alone: up to the architectures
+        (16, 200.0, 12, 4, (16, 4, 8)),  # alone: up to MAX_NVCC_THREADS
+        (16, 66.0, 8, 4, (16, 1, 3)),  # 16 jobs of 4 GiB leave 2 GiB: 2 more threads for one alone
+        (2, 200.0, 1, 3, (2, 1, 1)),  # one architecture: nothing to thread
+    ],
+)
+def test_alone_is_what_one_cu_file_gets_with_no_other_nvcc_beside_it(
+    cores: int, spare: float, archs: int, units: int, expected: tuple[int, int, int]
+) -> None:
+    slots = cell_slots(cores, spare, 4.0, 1.0, 1, 64, archs, cuda_units=units)
+    assert (slots.jobs, slots.threads, slots.alone) == expected
+
+
+def test_a_pinned_thread_count_pins_alone_too() -> None:
+    assert cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, threads_override=1, cuda_units=3).alone == 1
+    assert cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, threads_override=1).alone == 1
