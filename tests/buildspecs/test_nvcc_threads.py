@@ -115,11 +115,12 @@ class NvccSampler(threading.Thread):
         return None
 
 
-def _put_job(aws: Aws, tmp: Path) -> str:
-    key = "sources/wf-example-ops.tar.gz"
-    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(example_source(tmp / "src"), "wf-example-ops-0.1.0"))
-    (job,) = plan_request(parse_request({**REQUEST, "source": {"s3": f"s3://{aws.bucket}/{key}"}}), load_catalog(),
-                          load_config()).jobs  # fmt: skip
+def _put_job(aws: Aws, tmp: Path, source: Path | None = None, name: str = "wf-example-ops") -> str:
+    key = f"sources/{name}.tar.gz"
+    tree = source or example_source(tmp / "src")
+    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(tree, f"{name}-0.1.0"))
+    request = {**REQUEST, "name": name, "source": {"s3": f"s3://{aws.bucket}/{key}"}}
+    (job,) = plan_request(parse_request(request), load_catalog(), load_config()).jobs
     contract = job.to_dict()
     prefix = f"runs/run-1/jobs/{job.id}/"
     contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
@@ -128,8 +129,11 @@ def _put_job(aws: Aws, tmp: Path) -> str:
     return f"{prefix}job.json"
 
 
-def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int | None) -> tuple[dict[str, Any], NvccSampler]:
-    """One build; ``threads`` None: the runner's own choice (wfbuild.parallelism.cell_slots)."""
+def _build(
+    aws: Aws, job_key: str, work: Path, cache: Path, threads: int | None, cpus: set[int] | None = None
+) -> tuple[dict[str, Any], NvccSampler]:
+    """One build; ``threads`` None: the runner's own choice (wfbuild.parallelism.cell_slots); ``cpus``: the
+    runner's CPU affinity (the cores it sees), else this host's."""
     execution, token = aws.task_token()
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists()]
     pinned = {"WF_NVCC_THREADS": str(threads)} if threads else {}
@@ -137,7 +141,9 @@ def _build(aws: Aws, job_key: str, work: Path, cache: Path, threads: int | None)
     for name in ("CUDA_HOME", "CUDA_PATH", "CUDACXX"):
         env.pop(name, None)
     sampler = NvccSampler()
-    with subprocess.Popen([sys.executable, "-m", "wfbuild.runner"], env=env, stdout=subprocess.PIPE, text=True) as proc:
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    argv = [sys.executable, "-m", "wfbuild.runner"]
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin) as proc:
         sampler.root = str(proc.pid)
         sampler.start()
         try:
@@ -182,3 +188,38 @@ def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_sam
     assert first["sha256"] == second["sha256"], f"{first['filename']}: --threads 1 and 2 give different wheels"
     body = aws.s3.get_object(Bucket=aws.bucket, Key=second["key"])["Body"].read()
     assert hashlib.sha256(body).hexdigest() == second["sha256"]
+
+
+@pytest.mark.timeout(3000)
+def test_a_pyg_layout_cells_cu_files_compile_alone_with_the_cells_threads_and_give_the_same_wheel(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """Two .cu files in the tree, each the one CUDA unit of its own extension, built without ninja
+    (tests/fixtures/pyg_cuda_ext, torch-scatter's layout): on 2 cores the runner's tree count gives the cell
+    no threads, and wfbuild.parallel_compile gives each compile step's lone .cu file both cores' worth."""
+    two_cores = set(sorted(os.sched_getaffinity(0))[:2])
+    assert len(two_cores) == 2, "this test needs 2 cores"
+    work = tmp_path / "work"
+    first_aws, second_aws = Aws(moto_endpoint, "us-west-2"), Aws(moto_endpoint, "eu-west-2")
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pyg_cuda_ext"
+    serial, one = _build(
+        first_aws, _put_job(first_aws, tmp_path, fixture, "wf-pyg-cuda"), work, cache_dir, 1, two_cores
+    )
+    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path, fixture, "wf-pyg-cuda"), work, cache_dir, None, two_cores)  # fmt: skip
+    log = second_aws.text(parallel["log_key"])
+    assert "2 .cu file(s) in the source: nvcc threads take the cores they leave" in log
+    assert "MAX_JOBS=2 each, nvcc --threads 1 (2 for a .cu file compiling alone without ninja)" in log, log[-3000:]
+    # no threads pinned: nothing appended and one architecture at a time
+    assert one.nvcc_seen == 2 and not any("--threads" in f for f in one.flags), one.flags
+    assert one.most_at_once == 1
+    # each extension's nvcc (one at a time) started with --threads 2 and ran both architectures at once
+    assert two.nvcc_seen == 2 and two.flags == {f for f in two.flags if f.endswith("--threads 2")}, two.flags
+    assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
+    assert "at most 2 compilers at once, nvcc --threads 2 for CUDA units" in log
+    manifest = json.loads(second_aws.text(parallel["manifest_key"]))
+    assert manifest["parallelism"]["nvcc_threads"] == 1 and manifest["parallelism"]["nvcc_threads_alone"] == 2
+    (first,), (second,) = serial["wheels"], parallel["wheels"]
+    assert first["filename"] == second["filename"] and "cu130" in first["filename"]
+    assert first["sha256"] == second["sha256"], f"{first['filename']}: --threads 1 and 2 give different wheels"
