@@ -59,8 +59,12 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     # setuptools without ninja: wfbuild.parallel_compile sees each compile step's .cu files
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
     job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}")
-    job.parallelism = {"cells_at_once": slots.cells, "max_jobs": slots.jobs, "nvcc_threads": slots.threads}
-    job.parallelism["nvcc_threads_alone"] = slots.alone
+    job.parallelism = {
+        "cells_at_once": slots.cells,
+        "max_jobs": slots.jobs,
+        "nvcc_threads": slots.threads,
+        "nvcc_threads_alone": slots.alone,
+    }
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
     extra |= {"WF_NVCC_THREADS": str(slots.threads), "WF_NVCC_THREADS_ALONE": str(slots.alone)}
 

@@ -77,16 +77,18 @@ def with_threads(flags: str, threads: int) -> str:
 @contextlib.contextmanager
 def _nvcc_flags(threads: int) -> Iterator[None]:
     """NVCC_APPEND_FLAGS with ``threads`` meanwhile (0: untouched); put back after (the build's own process)."""
+    if not threads:
+        yield
+        return
     before = os.environ.get("NVCC_APPEND_FLAGS")
-    if threads:
-        os.environ["NVCC_APPEND_FLAGS"] = with_threads(before or "", threads)
+    os.environ["NVCC_APPEND_FLAGS"] = with_threads(before or "", threads)
     try:
         yield
     finally:
-        if threads and before is None:
+        if before is None:
             os.environ.pop("NVCC_APPEND_FLAGS", None)
-        elif threads:
-            os.environ["NVCC_APPEND_FLAGS"] = before or ""
+        else:
+            os.environ["NVCC_APPEND_FLAGS"] = before
 
 
 def _nvcc_threads(compile_one: Any, threads: int) -> Any:
@@ -167,11 +169,12 @@ def _wrap(original: Any, error: type[Exception]) -> Any:
                     del self._compile
         started = time.monotonic()
         threads = unit_threads([str(call[1]) for call in queued], limit)
+        one = _nvcc_threads(compile_one, threads)
         if len(queued) <= 1:
             for call in queued:
-                _nvcc_threads(compile_one, threads)(*call)
+                one(*call)
             return objects
-        peak = run_forked(queued, _nvcc_threads(compile_one, threads), limit, error)
+        peak = run_forked(queued, one, limit, error)
         seconds = round(time.monotonic() - started, 2)
         _record({"units": len(queued), "jobs": limit, "peak": peak, "seconds": seconds, "nvcc_threads": threads})
         cuda = f", nvcc --threads {threads} for its CUDA unit(s)" if threads else ""

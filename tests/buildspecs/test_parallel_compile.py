@@ -157,7 +157,7 @@ def test_one_job_leaves_the_serial_loop_alone(monkeypatch: pytest.MonkeyPatch, t
     assert {Path(o).read_text().split()[1] for o in objects} == {str(os.getpid())}
 
 
-def _nvcc_flags(objects: list[str]) -> list[str]:
+def _flags_seen(objects: list[str]) -> list[str]:
     return [Path(o).read_text().split("\n")[1] for o in objects]
 
 
@@ -186,7 +186,7 @@ def test_a_steps_cuda_units_share_the_threads_of_one_alone(
     cls = _patched(monkeypatch, jobs)
     monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "4")
     monkeypatch.setenv("NVCC_APPEND_FLAGS", RUNNER)
-    assert _nvcc_flags(cls().compile(sources, tmp_path)) == expected
+    assert _flags_seen(cls().compile(sources, tmp_path)) == expected
     assert os.environ["NVCC_APPEND_FLAGS"] == RUNNER  # put back in the build's own process
 
 
@@ -196,9 +196,9 @@ def test_the_runners_threads_stay_where_it_exports_no_threads_for_one_alone(
     cls = _patched(monkeypatch, 2)
     monkeypatch.delenv("WF_NVCC_THREADS_ALONE", raising=False)
     monkeypatch.setenv("NVCC_APPEND_FLAGS", "--threads 2")
-    assert _nvcc_flags(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
+    assert _flags_seen(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
     monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "1")  # a package's own --threads (wfbuild.parallelism)
-    assert _nvcc_flags(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
+    assert _flags_seen(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
 
 
 @pytest.mark.parametrize(
