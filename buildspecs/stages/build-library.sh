@@ -47,7 +47,7 @@ jobs="${MAX_JOBS:-$(nproc)}"
 [[ "$jobs" =~ ^[1-9][0-9]{0,3}$ ]] || wf_die "MAX_JOBS must be a whole number of compilers, not '$jobs'"
 export MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}"
 settings=()
-backend="$(python3 -m wfbuild.parallel_compile backend --src "$WF_SRC_DIR")"
+backend="$(python3 -m wfbuild.parallel_compile_tool backend --src "$WF_SRC_DIR")"
 case "$backend" in
   mesonpy)
     settings=(--config-settings "compile-args=-j$jobs")
@@ -57,7 +57,7 @@ case "$backend" in
     wf_log "parallel compile: CMake ($backend), CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL"
     ;;
   *)
-    python3 -m wfbuild.parallel_compile install --python "$python" >/dev/null
+    python3 -m wfbuild.parallel_compile_tool install --python "$python" >/dev/null
     WF_PARALLEL_LOG="$(mktemp)"
     export WF_COMPILE_JOBS="$jobs" WF_PARALLEL_LOG
     wf_log "parallel compile: $backend; ninja and CMake get MAX_JOBS=$jobs, setuptools without ninja compiles" \
@@ -68,7 +68,7 @@ esac
 "$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps "${settings[@]}" \
   --wheel-dir "$WF_OUT_DIR" -- "$WF_SRC_DIR"
 if [[ -n "${WF_PARALLEL_LOG:-}" ]]; then
-  wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile summary --log "$WF_PARALLEL_LOG")"
+  wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile_tool summary --log "$WF_PARALLEL_LOG")"
   rm -f -- "$WF_PARALLEL_LOG"
 fi
 wf_sccache_stats

@@ -13,11 +13,11 @@ runs in a forked child, up to ``WF_COMPILE_JOBS`` at once. A child owns a copy o
 object, so torch's swap stays in it. Objects land where the serial build puts them and are linked
 in the same order: the same bytes. A failed unit fails the build after the running ones finish.
 
-The hook is installed into a build environment (``python -m wfbuild.parallel_compile install
---python ENV/bin/python``) as a ``.pth`` line that imports this file's copy; it does nothing unless
-``WF_COMPILE_JOBS`` > 1, and patches distutils only when a build imports it. Each parallel
-``compile`` appends one JSON line to ``WF_PARALLEL_LOG`` (units, jobs, peak children, seconds).
-``python -m wfbuild.parallel_compile backend --src DIR`` names the source's build backend.
+The hook is installed into a build environment (``python -m wfbuild.parallel_compile_tool install
+--python ENV/bin/python``) as a ``.pth`` line that imports this file's copy, which must stand alone
+(it imports nothing of wfbuild); it does nothing unless ``WF_COMPILE_JOBS`` > 1, and patches distutils
+only when a build imports it. Each parallel ``compile`` (and each side-by-side ``build_ext`` loop)
+appends one JSON line to ``WF_PARALLEL_LOG``, which the tool sums up for the build's log.
 
 A compile step knows how many of its units are CUDA files, which the runner, counting a whole tree's
 ``.cu`` files, does not: the PyG packages build one extension per ``.cu`` file, one extension after
@@ -26,6 +26,18 @@ another, so one nvcc runs at a time however many the tree holds. Where the runne
 alone: wfbuild.parallelism), each ``.cu`` unit's nvcc gets that many threads shared by the step's ``.cu``
 units that run at once (``unit_threads``), through its own copy of NVCC_APPEND_FLAGS. The thread count
 never changes the bytes (tests/buildspecs/test_nvcc_threads.py).
+
+Those packages also build their extensions one after another, and each extension's last steps (nvcc's
+cudafe++ and host compile, the link) leave all but one core idle; so does an extension of one unit. So
+``build_ext``'s serial loop is wrapped too: extensions that share no object file (torch-scatter's
+``_scatter_cpu`` and ``_scatter_cuda`` compile the same ``scatter.cpp`` to the same ``scatter.o``, so they
+share a chain) build in forked children, one chain each, in their own order within it, while a pipe of
+``WF_COMPILE_JOBS`` tokens (make's jobserver) bounds the compilers of all chains together; a CUDA unit then
+gets the threads of one alone divided by the compilers at once (processes x threads = cores, as the
+runner's memory model assumes). Only where that is known to be safe: the stock ``build_extension`` (not a
+package's own, which may run CMake in the shared build_temp), no ninja (torch writes one build.ninja for
+every extension), no SWIG sources. The wheel is the serial build's, byte for byte
+(tests/buildspecs/test_parallel_extensions.py).
 """
 
 from __future__ import annotations
@@ -35,16 +47,14 @@ import importlib.abc
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-HOOK = "_wf_parallel_compile"  # the module's name inside a build environment
-SUFFIXES = ("distutils.ccompiler", "distutils.compilers.C.base")  # setuptools' own, older ones, the stdlib's
+SUFFIXES = ("distutils.ccompiler", "distutils.compilers.C.base", "distutils.command.build_ext")
+STOCK = ("setuptools.command.build_ext", "distutils.command.build_ext")  # build_extension not the package's
 CUDA_FILES = (".cu", ".cuh")  # what torch.utils.cpp_extension compiles with nvcc (_is_cuda_file)
 _THREADS = re.compile(r"(?:^|\s)--threads[= ]\d+(?=\s|$)")  # the runner's own (wfbuild.parallelism)
 _LOCK = threading.Lock()
@@ -65,7 +75,8 @@ def unit_threads(sources: list[str], limit: int) -> int:
     except ValueError:
         return 0
     cuda = sum(1 for source in sources if source.endswith(CUDA_FILES))
-    return max(1, alone // min(limit, cuda)) if alone > 1 and cuda else 0
+    at_once = jobs() if _SLOTS is not None else min(limit, cuda)  # chains: other extensions' compilers too
+    return max(1, alone // at_once) if alone > 1 and cuda else 0
 
 
 def with_threads(flags: str, threads: int) -> str:
@@ -101,14 +112,64 @@ def _nvcc_threads(compile_one: Any, threads: int) -> Any:
     return one
 
 
-def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error: type[Exception]) -> int:
-    """Run ``compile_one(*call)`` for every call, each in a forked child, ``limit`` at a time; the peak
-    number of children. Raises ``error`` naming the sources that failed (their compiler said why)."""
+class Slots:
+    """Compilers that may run at once across forked processes: one byte each in a pipe, as make's jobserver
+    does. A unit's child takes one before it starts and gives it back as it ends."""
+
+    def __init__(self, count: int) -> None:
+        self.read, self.write = os.pipe()
+        os.set_blocking(self.read, False)
+        os.write(self.write, b"+" * count)
+
+    def take(self) -> bool:
+        try:
+            return os.read(self.read, 1) == b"+"
+        except BlockingIOError:
+            return False
+
+    def give(self) -> None:
+        os.write(self.write, b"+")
+
+    def close(self) -> None:
+        os.close(self.read)
+        os.close(self.write)
+
+
+_SLOTS: Slots | None = None  # set while chains of extensions build side by side (their children inherit it)
+
+
+@contextlib.contextmanager
+def _slot() -> Iterator[None]:
+    """One compiler slot for a unit compiled in this process (a step of one unit), while chains run."""
+    slots = _SLOTS
+    if slots is None:
+        yield
+        return
+    while not slots.take():
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        slots.give()
+
+
+def run_forked(
+    calls: list[tuple[Any, ...]],
+    compile_one: Any,
+    limit: int,
+    error: type[Exception],
+    slotted: bool = True,
+    what: str = "translation unit(s)",
+) -> int:
+    """Run ``compile_one(*call)`` for every call, each in a forked child, ``limit`` at a time (and, where
+    ``slotted`` and chains run, as the shared slots allow); the peak number of children. Raises ``error``
+    naming each failed call by ``call[1]`` (a source, a chain's extensions; the compiler said why)."""
     pending, peak = list(calls), 0
     running: dict[int, tuple[Any, ...]] = {}
     failed: list[str] = []
+    slots = _SLOTS if slotted else None
     while pending or running:
-        while pending and len(running) < limit and not failed:
+        while pending and len(running) < limit and not failed and (slots is None or slots.take()):
             call = pending.pop(0)
             sys.stdout.flush()
             sys.stderr.flush()
@@ -123,6 +184,8 @@ def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error
                 finally:
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    if slots is not None:
+                        slots.give()
                     os._exit(code)
             running[pid] = call
             peak = max(peak, len(running))
@@ -130,13 +193,15 @@ def run_forked(calls: list[tuple[Any, ...]], compile_one: Any, limit: int, error
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 call = running.pop(pid)
+                if slots is not None and os.WIFSIGNALED(status):  # killed before it could give its slot back
+                    slots.give()
                 if os.waitstatus_to_exitcode(status) != 0:
                     failed.append(str(call[1]))
                     pending.clear()  # the running units finish; no new one starts
         if running:
             time.sleep(0.02)
     if failed:
-        raise error(f"{len(failed)} translation unit(s) failed to compile: {', '.join(failed)}")
+        raise error(f"{len(failed)} {what} failed to compile: {', '.join(failed)}")
     return peak
 
 
@@ -153,7 +218,7 @@ def _wrap(original: Any, error: type[Exception]) -> Any:
         if limit <= 1:  # the serial loop, untouched (the hook is installed only for more jobs)
             return original(self, sources, *args, **kwargs)
         if len(sources) <= 1:  # one unit, compiled here: a CUDA one alone
-            with _nvcc_flags(unit_threads([str(source) for source in sources], 1)):
+            with _slot(), _nvcc_flags(unit_threads([str(source) for source in sources], 1)):
                 return original(self, sources, *args, **kwargs)
         with _LOCK:  # build_ext --parallel threads share one compiler object: one recording at a time
             queued: list[tuple[Any, ...]] = []
@@ -171,8 +236,9 @@ def _wrap(original: Any, error: type[Exception]) -> Any:
         threads = unit_threads([str(call[1]) for call in queued], limit)
         one = _nvcc_threads(compile_one, threads)
         if len(queued) <= 1:
-            for call in queued:
-                one(*call)
+            with _slot():
+                for call in queued:
+                    one(*call)
             return objects
         peak = run_forked(queued, one, limit, error)
         seconds = round(time.monotonic() - started, 2)
@@ -187,8 +253,83 @@ def _wrap(original: Any, error: type[Exception]) -> Any:
     return compile
 
 
+def chains(objects: list[list[str]]) -> list[list[int]]:
+    """Extensions (by index, given each one's object files) in groups that share no object file with
+    another group, each in its original order: what may build side by side."""
+    root = list(range(len(objects)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for index, files in enumerate(objects):
+        for name in files:
+            first = owner.setdefault(os.path.normpath(name), index)
+            root[find(index)] = find(first)
+    groups: dict[int, list[int]] = {}
+    for index in range(len(objects)):
+        groups.setdefault(find(index), []).append(index)
+    return sorted(groups.values())
+
+
+def _independent(command: Any) -> list[list[Any]] | None:
+    """The command's extensions in chains, or None where building them side by side is not known safe."""
+    if getattr(command, "use_ninja", False) or getattr(command, "parallel", None):
+        return None  # torch's ninja writes one build_temp/build.ninja for all; --parallel is the user's threads
+    if type(command).build_extension.__module__.removeprefix("setuptools._") not in STOCK:
+        return None  # a package's own build_extension (CMake in the shared build_temp, ...)
+    extensions = list(command.extensions)
+    if any(str(source).endswith(".i") for ext in extensions for source in ext.sources):
+        return None  # SWIG writes its wrappers beside the sources
+    try:
+        objects = [
+            command.compiler.object_filenames(sorted(e.sources), output_dir=command.build_temp) for e in extensions
+        ]
+    except Exception:
+        return None
+    groups = chains(objects)
+    return [[extensions[i] for i in group] for group in groups] if len(groups) > 1 else None
+
+
+def _build_chain(command: Any, _names: str, extensions: list[Any]) -> None:
+    for ext in extensions:  # what the serial loop does, for this chain's extensions
+        with command._filter_build_errors(ext):
+            command.build_extension(ext)
+
+
+def _wrap_serial(original: Any, error: type[Exception]) -> Any:
+    def serial(self: Any) -> Any:
+        global _SLOTS
+        limit = jobs()
+        groups = _independent(self) if limit > 1 and _SLOTS is None and len(self.extensions) > 1 else None
+        if not groups:
+            return original(self)
+        started = time.monotonic()
+        calls = [(self, ", ".join(ext.name for ext in group), group) for group in groups]
+        _SLOTS = Slots(limit)
+        try:  # a chain holds no slot itself: its compile steps take them
+            run_forked(calls, _build_chain, len(calls), error, slotted=False, what="chain(s) of extensions")
+        finally:
+            _SLOTS.close()
+            _SLOTS = None
+        seconds = round(time.monotonic() - started, 2)
+        _record({"extensions": len(self.extensions), "chains": len(groups), "jobs": limit, "seconds": seconds})
+        print(
+            f"wfbuild.parallel_compile: {len(self.extensions)} extensions in {len(groups)} chains side by side, "
+            f"up to {limit} compilers at once, {seconds}s",
+            file=sys.stderr,
+        )
+        return None
+
+    serial.__wf_parallel__ = True  # type: ignore[attr-defined]
+    return serial
+
+
 def patch(module: Any) -> None:
-    """Wrap ``compile`` of the compiler base class this module defines (CCompiler, or Compiler)."""
+    """Wrap ``compile`` of the compiler base class this module defines (CCompiler, or Compiler), or the
+    serial loop of its ``build_ext``."""
     error = getattr(module, "CompileError", RuntimeError)
     for value in list(vars(module).values()):
         if not isinstance(value, type) or value.__module__ != module.__name__:
@@ -196,6 +337,9 @@ def patch(module: Any) -> None:
         original = vars(value).get("compile")
         if original is not None and hasattr(value, "_setup_compile") and not hasattr(original, "__wf_parallel__"):
             setattr(value, "compile", _wrap(original, error))  # noqa: B010  (a class we do not type)
+        loop = vars(value).get("_build_extensions_serial")  # build_ext's
+        if loop is not None and not hasattr(loop, "__wf_parallel__"):
+            setattr(value, "_build_extensions_serial", _wrap_serial(loop, error))  # noqa: B010
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -232,61 +376,3 @@ def install_hook() -> None:
         for name, module in list(sys.modules.items()):  # imported before us (rare): patch now
             if name.endswith(SUFFIXES) and module is not None:
                 patch(module)
-
-
-def install(python: str) -> str:
-    """Copy this file into the environment's site-packages with a .pth line that imports it."""
-    probe = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    site = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
-    shutil.copyfile(__file__, os.path.join(site, f"{HOOK}.py"))
-    with open(os.path.join(site, f"{HOOK}.pth"), "w", encoding="utf-8") as handle:
-        handle.write(f"import {HOOK}; {HOOK}.install_hook()\n")
-    return site
-
-
-def backend(src: str) -> str:
-    """The source's PEP 517 backend module (pyproject.toml's build-backend), or setuptools' default."""
-    try:
-        with open(os.path.join(src, "pyproject.toml"), encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError:
-        return "setuptools"
-    found = re.search(r"""^\s*build-backend\s*=\s*["']([A-Za-z0-9_.:]+)["']""", text, re.MULTILINE)
-    return found.group(1).split(".")[0].split(":")[0] if found else "setuptools"
-
-
-def summary(log: str) -> str:
-    """The build's parallel compiles, one line (build-library.sh prints it)."""
-    try:
-        with open(log, encoding="utf-8") as handle:
-            entries = [json.loads(line) for line in handle if line.strip()]
-    except (OSError, ValueError):
-        entries = []
-    if not entries:
-        return "no compile step with more than one translation unit ran in parallel"
-    units, peak = sum(e["units"] for e in entries), max(e["peak"] for e in entries)
-    threads = sorted({e["nvcc_threads"] for e in entries if e.get("nvcc_threads")})
-    cuda = f", nvcc --threads {'/'.join(map(str, threads))} for CUDA units" if threads else ""
-    return f"{units} translation unit(s) in {len(entries)} compile step(s), at most {peak} compilers at once{cuda}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python3 -m wfbuild.parallel_compile", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("install", help="put the hook into a build environment").add_argument("--python", required=True)
-    sub.add_parser("backend", help="print the source's build backend").add_argument("--src", required=True)
-    sub.add_parser("summary", help="one line from WF_PARALLEL_LOG").add_argument("--log", required=True)
-    args = parser.parse_args(argv)
-    if args.command == "install":
-        print(install(args.python))
-    elif args.command == "backend":
-        print(backend(args.src))
-    else:
-        print(summary(args.log))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,69 +13,21 @@ and smoke-tested wheels, ``meta/`` commits, job.json and stage results, ``manife
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
-
-from packaging.version import InvalidVersion, Version
 
 from wfbuild import reproducible, safety
 from wfbuild.libs import CUDA_LIBS, TORCH_LIBS, nvidia_rpaths
+from wfbuild.published_stages import published_stages
+from wfbuild.stage_base import CELL_TOOLS, Paths, Stage, cell_key, checkout, cp, source_stage, tool
+
+__all__ = ["CELL_TOOLS", "Stage", "cell_key", "cp", "render_stages"]  # what other modules import from here
 
 
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    argv: list[str]
-    env: dict[str, str]  # on top of job["env"] and the package's env
-    package: str | None = None
-    python: str | None = None
-    fatal: bool = True  # a failure stops the job (torch); False: record it and go on (domain libraries)
-    host: bool = False  # runs on the host even in container mode (it needs the instance's AWS role)
-    always: bool = False  # runs even after a fatal failure (the manifest)
-    needs: tuple[str, ...] = field(default=())  # skipped unless all of these succeeded
-    group: str | None = None  # an extension cell: its stages run in order, groups side by side
-    offline: bool = False  # needs no network (in a container: --network none)
-
-
-# What a cell's build environment holds besides torch (wfbuild.gpu_runner asks for the same cached env).
-CELL_TOOLS = ("setuptools", "wheel", "ninja")
-
-
-def cp(python: str) -> str:
-    return "cp" + safety.check(safety.PYTHON, python, "python").replace(".", "")
-
-
-class _Paths:
-    def __init__(self, work: str, bundle: str) -> None:
-        self.work, self.bundle = work.rstrip("/") or "/", bundle.rstrip("/") or "/"
-
-    def src(self, pkg: str) -> str:
-        return f"{self.work}/src/{pkg}"
-
-    def env(self, python: str) -> str:
-        return f"{self.work}/envs/{cp(python)}"
-
-    def raw(self, pkg: str, python: str) -> str:
-        return f"{self.work}/dist/raw/{pkg}/{cp(python)}"
-
-    def wheels(self, pkg: str, python: str) -> str:
-        return f"{self.work}/dist/wheels/{pkg}/{cp(python)}"
-
-    def script(self, name: str) -> list[str]:
-        return ["bash", f"{self.bundle}/stages/{name}"]
-
-
-def _compile_env(p: _Paths, job: dict[str, Any], pin: dict[str, Any] | None) -> dict[str, str]:
+def _compile_env(p: Paths, job: dict[str, Any], pin: dict[str, Any] | None) -> dict[str, str]:
     """CFLAGS, CXXFLAGS, NVCC_APPEND_FLAGS: the job's and the package's own, then the work folder mapped to
     ``.`` (wfbuild.reproducible), so no per-job folder reaches the binaries."""
     base = {**job["env"], **((pin or {}).get("env") or {})}
     return reproducible.flags_env([(p.work, ".")], base)
-
-
-def _tool(module: str, *args: str) -> list[str]:
-    # "python3" is the tools interpreter: the image's tools venv, or the runner's own on a host.
-    return ["python3", "-m", f"wfbuild.{module}", *args]
 
 
 def _version_env(pin: dict[str, Any], job: dict[str, Any], variable: str) -> dict[str, str]:
@@ -87,13 +39,6 @@ def _version_env(pin: dict[str, Any], job: dict[str, Any], variable: str) -> dic
         safety.check(safety.DATE, date, f"{pin['name']}.env.WF_BUILD_DATE")
         return {"WF_VERSION_SCHEME": "nightly", "WF_BUILD_DATE": date, "WF_VARIANT": job["variant"]}
     return {"WF_VERSION_SCHEME": "git"}
-
-
-def _checkout(p: _Paths, name: str, repo: str, ref: str, fatal: bool) -> Stage:
-    safety.check(safety.URL, repo, f"{name}.repo")
-    safety.check_ref(ref, f"{name}.ref")
-    env = {"WF_REPO": repo, "WF_REF": ref, "WF_DEST": p.src(name), "WF_COMMIT_FILE": f"{p.work}/meta/commits/{name}"}
-    return Stage(f"checkout-{name}", p.script("checkout.sh"), env, package=name, fatal=fatal)
 
 
 def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
@@ -131,7 +76,7 @@ def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
 
 
 def _post(
-    p: _Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool, cell: dict[str, Any] | None = None
+    p: Paths, job: dict[str, Any], pkg: str, python: str, built: str, fatal: bool, cell: dict[str, Any] | None = None
 ) -> list[Stage]:
     """repair then smoke of one package for one Python (an extension: of one cell)."""
     torch = pkg == "torch" and job["kind"] == "pytorch"
@@ -161,7 +106,7 @@ def _post(
             smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
     repair_stage = Stage(
         f"repair-{suffix}",
-        _tool("repair", "--in-dir", raw, "--out-dir", wheels, *repair),
+        tool("repair", "--in-dir", raw, "--out-dir", wheels, *repair),
         {},
         pkg,
         python,
@@ -172,7 +117,7 @@ def _post(
     )
     smoke_stage = Stage(
         f"smoke-{suffix}",
-        _tool("smoke", *smoke),
+        tool("smoke", *smoke),
         {},
         pkg,
         python,
@@ -184,28 +129,20 @@ def _post(
     return [repair_stage, smoke_stage]
 
 
-def cell_key(cell: dict[str, Any]) -> str:
-    """The cell's folder under dist/<raw|wheels>/<package>/cpXY/: ``torch2.13.0``."""
-    try:
-        return f"torch{Version(cell['torch_version'])}"
-    except InvalidVersion as exc:
-        raise safety.UnsafeValue(f"extension.cells.torch_version: {exc}") from None
-
-
-def _cell_env(p: _Paths, cell: dict[str, Any]) -> str:
+def _cell_env(p: Paths, cell: dict[str, Any]) -> str:
     return f"{p.env(cell['python'])}-{cell_key(cell)}"
 
 
-def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+def _pytorch(p: Paths, job: dict[str, Any]) -> list[Stage]:
     pins = job["packages"]
     if not pins or pins[0]["name"] != "torch":
         raise safety.UnsafeValue("a pytorch job builds torch first")
     torch, libs = pins[0], pins[1:]
-    stages = [_checkout(p, pin["name"], pin["repo"], pin["ref"], pin is torch) for pin in pins]
+    stages = [checkout(p, pin["name"], pin["repo"], pin["ref"], pin is torch) for pin in pins]
     built: dict[tuple[str, str], str] = {}
     for python in torch["python"]:
         reqs = ["--requirements", f"{p.src('torch')}/requirements.txt", "--pip", "wheel", "--pip", "ninja"]
-        env_argv = _tool("envs", "--python", python, "--dest", p.env(python), *reqs)
+        env_argv = tool("envs", "--python", python, "--dest", p.env(python), *reqs)
         env_stage = Stage(f"env-{python}", env_argv, {}, "torch", python)
         build_env = {
             "WF_SRC_DIR": p.src("torch"),
@@ -243,33 +180,10 @@ def _pytorch(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     return stages
 
 
-def _source(p: _Paths, ext: dict[str, Any]) -> tuple[Stage, str]:
-    """The extension's source stage and the folder its setup.py is in (the subdirectory, if any)."""
-    name = safety.check(safety.NAME, ext["name"], "extension.name")
-    if ext.get("source_s3"):
-        url = safety.check(safety.S3_URL, ext["source_s3"], "extension.source_s3")
-        source = Stage("fetch-source", _tool("source", "--s3", url, "--dest", p.src(name)), {}, name, host=True)
-    else:
-        source = _checkout(p, name, ext.get("source_git") or "", ext.get("source_ref") or "HEAD", True)
-    src = p.src(name)
-    if ext.get("subdirectory"):
-        src += "/" + safety.check(safety.SUBDIR, ext["subdirectory"], "extension.subdirectory")
-    return source, src
-
-
-def _package_tests(p: _Paths, ext: dict[str, Any], src: str) -> list[str]:
-    """wfbuild.smoke's arguments for the request's "test" (the package's own tests), checked one by one."""
-    args = ["--project", p.src(ext["name"]), "--package", src]
-    args += [
-        f"--test-require={safety.check(safety.REQUIREMENT, r, 'test.requires')}" for r in ext.get("test_requires") or ()
-    ]
-    return args + [f"--test-arg={safety.check(safety.TEST_ARG, a, 'test.command')}" for a in ext["test_command"]]
-
-
-def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
+def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
     ext = job["extension"]
     name = safety.check(safety.NAME, ext["name"], "extension.name")
-    source, src = _source(p, ext)
+    source, src = source_stage(p, ext)
     index = []
     if ext.get("torch_index_url"):
         index = ["--index-url", safety.check(safety.URL, ext["torch_index_url"], "extension.torch_index_url")]
@@ -281,7 +195,7 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
         if job.get("cuda"):
             tools += ["--expect-cuda", safety.check(safety.CUDA, job["cuda"], "cuda")]
         env_dir = _cell_env(p, cell)
-        env_argv = _tool("envs", "--python", python, "--dest", env_dir, "--torch", torch, *index, *tools)
+        env_argv = tool("envs", "--python", python, "--dest", env_dir, "--torch", torch, *index, *tools)
         env_stage = Stage(f"env-{cid}", env_argv, {}, name, python, fatal=False, needs=(source.name,), group=cid)
         env = {"WF_SRC_DIR": src, "WF_ENV_DIR": env_dir, "WF_OUT_DIR": f"{p.raw(name, python)}/{key}"}
         # Each cell builds from its own copy: setuptools writes build/ and *.egg-info into the tree.
@@ -294,63 +208,9 @@ def _extension(p: _Paths, job: dict[str, Any]) -> list[Stage]:
     return stages
 
 
-def _published(p: _Paths, job: dict[str, Any]) -> list[Stage]:
-    """A test job (wheelfoundry.testjobs): the staged wheels installed and smoke-tested in every cell they serve."""
-    ext, run = job["extension"], job.get("run") or {}
-    url = safety.check(safety.S3_PREFIX, f"s3://{run.get('bucket')}/{run.get('prefix')}", "run.prefix")
-    fetch = Stage("fetch-staged", _tool("published", "fetch", "--s3", url, "--work-dir", p.work), {}, host=True)
-    stages: list[Stage] = [fetch]
-    tests: list[str] = []
-    after: tuple[str, ...] = ()
-    if ext.get("test_command"):  # the package's own tests live in its source, not in the wheel
-        source, src = _source(p, ext)
-        stages.append(dataclasses.replace(source, needs=(fetch.name,)))
-        tests, after = _package_tests(p, ext, src), (source.name,)
-    for cell in ext["cells"]:
-        python, cid = cell["python"], safety.check(safety.CELL, cell["id"], "extension.cells.id")
-        torch = f"torch=={cell_key(cell).removeprefix('torch')}"
-        # The very arguments of the build's env stage: the same cached environment, the cell's torch.
-        env_argv = ["--python", python, "--dest", f"{p.work}/envs/{cid}", "--torch", torch]
-        if cell.get("torch_index_url"):
-            env_argv += ["--index-url", safety.check(safety.URL, cell["torch_index_url"], "extension.cells.index")]
-        env_argv += [arg for tool in CELL_TOOLS for arg in ("--pip", tool)]
-        cuda = cell.get("cuda")
-        if cuda:
-            env_argv += ["--expect-cuda", safety.check(safety.CUDA, cuda, "extension.cells.cuda")]
-        # A cell that did not build has no staged wheel: its stages say so and pass (wfbuild.published.in_cell).
-        in_cell = ["published", "cell", "--work-dir", p.work, "--cell", cid, "--tool"]
-        env = Stage(
-            f"env-{cid}",
-            _tool(*in_cell, "envs", "--", *env_argv),
-            {},
-            ext["name"],
-            python,
-            False,
-            needs=(fetch.name,),
-            group=cid,
-        )
-        smoke = ["--python", python, "--wheel-dir", f"{p.work}/published/{cid}", "--work-dir", f"{p.work}/smoke/{cid}"]
-        smoke += ["--base-env", f"{p.work}/envs/{cid}"] + (["--cuda-built"] if cuda else [])
-        if ext.get("smoke_module"):
-            smoke += ["--module", safety.check(safety.MODULE, ext["smoke_module"], "extension.smoke_module")]
-        test = Stage(
-            f"test-{cid}",
-            _tool(*in_cell, "smoke", "--", *smoke, *tests),
-            {},
-            ext["name"],
-            python,
-            False,
-            needs=(env.name, *after),
-            group=cid,
-        )
-        stages += [env, test]
-    verdict = _tool("published", "verdict", "--work-dir", p.work)
-    return [*stages, Stage("verdict", verdict, {}, ext["name"], fatal=False, needs=(fetch.name,), offline=True)]
-
-
 def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: str = "/bundle") -> list[Stage]:
     """The job's stages in order; raises ``safety.UnsafeValue`` on a field the host refuses."""
-    p = _Paths(work_dir, bundle_dir)
+    p = Paths(work_dir, bundle_dir)
     if job.get("arch_list"):
         safety.check(safety.ARCH_LIST, job["arch_list"], "arch_list")
     safety.check_env(dict(job["env"]), "job.env")
@@ -362,9 +222,9 @@ def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: s
     elif job["kind"] == "extension":
         stages = _extension(p, job)
     elif job["kind"] == "test":
-        stages = _published(p, job)
+        stages = published_stages(p, job)
     else:
         raise safety.UnsafeValue(f"unknown job kind {job['kind']!r}")
-    manifest = _tool("manifest", "--work-dir", p.work, "--out", f"{p.work}/manifest.json")
+    manifest = tool("manifest", "--work-dir", p.work, "--out", f"{p.work}/manifest.json")
     stages.append(Stage("manifest", manifest, {}, always=True, fatal=False, offline=True))
     return stages

@@ -6,8 +6,9 @@ for CUDA 13.0 with two architectures, twice, in the same work folder: WF_NVCC_TH
 own choice (MAX_JOBS the cores and 2 threads for the one .cu file). The CUDA
 toolkit comes from the repository's lock (buildspecs/images/scripts/cuda/cuda-13.0-x86_64.toml), installed
 under WF_CACHE_DIR by the runner, with no system CUDA on PATH. While each builds, a sampler reads /proc:
-every nvcc process, the NVCC_APPEND_FLAGS it was started with, and how many of its cicc/ptxas (one per
-architecture) ran at the same moment.
+every nvcc that compiles a .cu file (not a probe such as ``nvcc --version``, nor nvcc's own fork caught
+before it execs a step), the NVCC_APPEND_FLAGS it was started with, and how many of its cicc/ptxas (one
+per architecture) ran at the same moment.
 
 Same folder, because nvcc's front end names each file's anonymous namespace after a hash of the source's
 absolute path (``_GLOBAL__N__<hash>_..._ops_cuda_cu_...``): two builds in different folders differ there
@@ -68,7 +69,7 @@ class NvccSampler(threading.Thread):
         self.stop = threading.Event()
         self.flags: set[str] = set()
         self.most_at_once = 0
-        self.nvcc_seen = 0
+        self.cu_files: set[str] = set()  # the .cu files those nvcc compiled (a probe like --version: none)
         self.root = ""  # the runner's pid: only its descendants count (other builds may share this host)
 
     def run(self) -> None:
@@ -76,20 +77,28 @@ class NvccSampler(threading.Thread):
         while not self.stop.wait(0.02):
             procs = {pid: s for pid in os.listdir("/proc") if pid.isdigit() and (s := _stat(pid))}
             per_nvcc: dict[str, int] = {}
-            for pid, (comm, _) in procs.items():
-                if comm == "nvcc" and pid not in seen and self._under_root(pid, procs):
+            for pid, (comm, ppid) in procs.items():
+                # an nvcc's own fork, caught before it execs a step, is also "nvcc": the parent counts
+                fork = procs.get(ppid, ("", ""))[0] == "nvcc"
+                if comm == "nvcc" and pid not in seen and not fork and self._under_root(pid, procs):
                     seen.add(pid)
-                    self._read_flags(pid)
+                    self._read_compile(pid)
                 if comm in DEVICE_TOOLS and (owner := self._nvcc_of(pid, procs)) and owner in seen:
                     per_nvcc[owner] = per_nvcc.get(owner, 0) + 1
             self.most_at_once = max([self.most_at_once, *per_nvcc.values()])
-        self.nvcc_seen = len(seen)
 
-    def _read_flags(self, pid: str) -> None:
+    def _read_compile(self, pid: str) -> None:
+        """The .cu file an nvcc compiles and the NVCC_APPEND_FLAGS it started with (a probe such as torch's
+        ``nvcc --version`` compiles none and runs with the build's flags, not a compile step's)."""
         try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             return
+        sources = {Path(a.decode()).name for a in argv if a.endswith(b".cu")}
+        if not sources:
+            return
+        self.cu_files |= sources
         for item in environ:
             if item.startswith(b"NVCC_APPEND_FLAGS="):
                 self.flags.add(item.split(b"=", 1)[1].decode())
@@ -171,10 +180,10 @@ def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_sam
     (second,) = parallel["wheels"]
     aws = second_aws
     # --threads 1: nothing appended, one architecture at a time
-    assert one.nvcc_seen >= 1 and not any("--threads" in f for f in one.flags), one.flags
+    assert one.cu_files == {"ops_cuda.cu"} and not any("--threads" in f for f in one.flags), one.flags
     assert one.most_at_once == 1
     # --threads 2: every nvcc started with it, and it ran both architectures' device compiles at once
-    assert two.nvcc_seen >= 1 and two.flags and all("--threads 2" in f for f in two.flags), two.flags
+    assert two.cu_files == {"ops_cuda.cu"} and two.flags and all("--threads 2" in f for f in two.flags), two.flags
     assert all("-ffile-prefix-map=" in f and "-objtemp" in f for f in one.flags | two.flags)  # reproducibility
     assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
     log = aws.text(parallel["log_key"])
@@ -212,10 +221,12 @@ def test_a_pyg_layout_cells_cu_files_compile_alone_with_the_cells_threads_and_gi
     assert "2 .cu file(s) in the source: nvcc threads take the cores they leave" in log
     assert "MAX_JOBS=2 each, nvcc --threads 1 (2 for a .cu file compiling alone without ninja)" in log, log[-3000:]
     # --threads 1 pinned: nothing appended and one architecture at a time
-    assert one.nvcc_seen == 2 and not any("--threads" in f for f in one.flags), one.flags
+    assert one.cu_files == {"scale_cuda.cu", "shift_cuda.cu"}, one.cu_files
+    assert not any("--threads" in f for f in one.flags), one.flags
     assert one.most_at_once == 1
     # each extension's nvcc (one at a time) started with --threads 2 and ran both architectures at once
-    assert two.nvcc_seen == 2 and two.flags and all(f.endswith("--threads 2") for f in two.flags), two.flags
+    assert two.cu_files == {"scale_cuda.cu", "shift_cuda.cu"}, two.cu_files
+    assert two.flags and all(f.endswith("--threads 2") for f in two.flags), two.flags
     assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
     assert "at most 2 compilers at once, nvcc --threads 2 for CUDA units" in log
     manifest = json.loads(second_aws.text(parallel["manifest_key"]))

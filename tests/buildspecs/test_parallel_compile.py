@@ -18,7 +18,7 @@ import pytest
 
 from tests.buildspecs.conftest import BUNDLE, run, tool_env
 from tests.buildspecs.jobs import ROOT
-from wfbuild import parallel_compile
+from wfbuild import parallel_compile, parallel_compile_tool
 
 FIXTURE = ROOT / "tests" / "fixtures" / "multi_tu_ext"
 COMPILERS = ("cc", "c++", "gcc", "g++", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-g++")
@@ -228,7 +228,7 @@ def test_with_threads_replaces_only_the_threads_flag(flags: str, threads: int, e
 def test_backend_names_the_build_system(tmp_path: Path, pyproject: str | None, expected: str) -> None:
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
-    assert parallel_compile.backend(str(tmp_path)) == expected
+    assert parallel_compile_tool.backend(str(tmp_path)) == expected
 
 
 def test_the_summary_names_the_cuda_units_threads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -236,9 +236,9 @@ def test_the_summary_names_the_cuda_units_threads(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("WF_PARALLEL_LOG", str(tmp_path / "parallel.jsonl"))
     monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "2")
     cls().compile(["scatter.cpp", "scatter_cpu.cpp"], tmp_path)  # the _cpu extension: no CUDA unit
-    assert parallel_compile.summary(str(tmp_path / "parallel.jsonl")).endswith("at most 2 compilers at once")
+    assert parallel_compile_tool.summary(str(tmp_path / "parallel.jsonl")).endswith("at most 2 compilers at once")
     cls().compile(["scatter.cpp", "scatter_cpu.cpp", "scatter_cuda.cu"], tmp_path)
-    line = parallel_compile.summary(str(tmp_path / "parallel.jsonl"))
+    line = parallel_compile_tool.summary(str(tmp_path / "parallel.jsonl"))
     assert (
         line
         == "5 translation unit(s) in 2 compile step(s), at most 2 compilers at once, nvcc --threads 2 for CUDA units"

@@ -1,0 +1,175 @@
+"""Extensions that share no object file build side by side (wfbuild.parallel_compile's build_ext loop),
+within one bound on compilers for all of them, and give the serial build's bytes.
+
+The build test runs setup.py of tests/fixtures/multi_ext (plain setuptools, three C extensions; two of
+them compile the same one.c to the same one.o, with and without a macro) with the hook as a build
+environment loads it, once with WF_COMPILE_JOBS=1 and once with 2, through compiler wrappers that note
+each compile's start and end and hold it a moment, so that what overlaps is there to see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.buildspecs.jobs import ROOT
+from wfbuild import parallel_compile, parallel_compile_tool
+
+FIXTURE = ROOT / "tests" / "fixtures" / "multi_ext"
+HOLD = 0.4  # seconds each compile is held: long beside the fork and the pipe, short for the test
+
+
+def _wrappers(folder: Path, log: Path, path: str) -> None:
+    """cc and gcc that log each compile (``-c``) with its source's name, then run the real compiler."""
+    folder.mkdir()
+    for name in ("cc", "gcc", "x86_64-linux-gnu-gcc"):
+        real = shutil.which(name, path=path)
+        if real is None:
+            continue
+        (folder / name).write_text(
+            "#!/bin/sh\n"
+            'case " $* " in *" -c "*) ;; *) exec "' + real + '" "$@" ;; esac\n'
+            'src=""; for a in "$@"; do case "$a" in *.c) src="${a##*/}" ;; esac; done\n'
+            f'echo "start $src $(date +%s.%N)" >> "{log}"\nsleep {HOLD}\n"{real}" "$@"\nrc=$?\n'
+            f'echo "end $src $(date +%s.%N)" >> "{log}"\nexit $rc\n'
+        )
+        (folder / name).chmod(0o755)
+
+
+def _intervals(log: Path) -> list[tuple[str, float, float]]:
+    starts: dict[str, list[float]] = {}
+    out = []
+    for line in log.read_text().splitlines():
+        kind, src, when = line.split()
+        if kind == "start":
+            starts.setdefault(src, []).append(float(when))
+        else:
+            out.append((src, starts[src].pop(0), float(when)))
+    return out
+
+
+def _peak(intervals: list[tuple[str, float, float]]) -> int:
+    events = sorted([(a, 1) for _, a, _ in intervals] + [(b, -1) for _, _, b in intervals])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE) -> dict[str, Any]:
+    src = tmp / "src"  # the same folder every time: the same paths in the objects
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(fixture, src)
+    log, record = tmp / f"compiles-{jobs}.log", tmp / f"parallel-{jobs}.jsonl"
+    folder = tmp / f"wrappers-{jobs}"
+    _wrappers(folder, log, os.environ["PATH"])
+    env = os.environ | {
+        "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
+        "WF_COMPILE_JOBS": str(jobs),
+        "WF_PARALLEL_LOG": str(record),
+        "SOURCE_DATE_EPOCH": "1700000000",
+    }
+    env.pop("CC", None)
+    hook = (  # what the build environment's .pth line does, then setup.py as pip runs it
+        f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'buildspecs')!r}); "
+        "from wfbuild import parallel_compile; parallel_compile.install_hook(); "
+        "sys.argv = ['setup.py', 'build_ext', '--build-lib', 'out']; runpy.run_path('setup.py', run_name='__main__')"
+    )
+    proc = subprocess.run([sys.executable, "-c", hook], cwd=src, env=env, capture_output=True, text=True, timeout=300)
+    libs = {p.name.split(".")[0]: p.read_bytes() for p in (src / "out" / "wf_multi_ext").glob("*.so")}
+    kinds = ""
+    if proc.returncode == 0:
+        probe = "from wf_multi_ext import _one_plain, _one_full, _two; print(_one_plain.kind(), _one_full.kind(), _two.twice(21))"
+        kinds = subprocess.run(
+            [sys.executable, "-c", probe], cwd=src / "out", capture_output=True, text=True, check=True
+        ).stdout.strip()
+    return {"proc": proc, "libs": libs, "kinds": kinds, "compiles": _intervals(log) if log.exists() else [],
+            "summary": parallel_compile_tool.summary(str(record))}  # fmt: skip
+
+
+def test_extensions_that_share_no_object_build_side_by_side_in_one_bound_and_give_the_serial_bytes(
+    tmp_path: Path,
+) -> None:
+    serial = _build(tmp_path, 1)
+    assert serial["proc"].returncode == 0, serial["proc"].stderr[-3000:]
+    assert _peak(serial["compiles"]) == 1 and len(serial["compiles"]) == 5
+    side = _build(tmp_path, 2)
+    assert side["proc"].returncode == 0, side["proc"].stderr[-3000:]
+    compiles = side["compiles"]
+    assert sorted(c[0] for c in compiles) == ["full.c", "one.c", "one.c", "two.c", "two_more.c"]
+    # _one_plain's one.c (alone in its step) overlapped _two's units: the chains ran at the same time
+    first_one = min((c for c in compiles if c[0] == "one.c"), key=lambda c: c[1])
+    assert any(c[0].startswith("two") and c[1] < first_one[2] and first_one[1] < c[2] for c in compiles), compiles
+    # three were ready at the start (one.c, two.c, two_more.c): the shared slots let two run, never more
+    assert _peak(compiles) == 2, compiles
+    # _one_plain and _one_full compile one.c to the same one.o: one after the other, each with its macro
+    assert serial["kinds"] == side["kinds"] == "plain full 42"
+    assert "3 extensions in 2 chains side by side, up to 2 compilers at once" in side["proc"].stderr
+    assert side["summary"].endswith("3 extensions in 2 chains side by side, up to 2 compilers at once")
+    assert serial["summary"].startswith("no compile step")
+    assert sorted(side["libs"]) == ["_one_full", "_one_plain", "_two"]
+    for name, data in serial["libs"].items():
+        assert hashlib.sha256(side["libs"][name]).hexdigest() == hashlib.sha256(data).hexdigest(), name
+
+
+def test_a_failed_chain_fails_the_build_naming_its_extensions(tmp_path: Path) -> None:
+    broken = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, broken)
+    (broken / "csrc" / "two_more.c").write_text("long wf_twice(long value) { return 2 * value }\n")
+    (tmp_path / "build").mkdir()
+    result = _build(tmp_path / "build", 2, broken)
+    assert result["proc"].returncode != 0
+    assert "1 chain(s) of extensions failed to compile: wf_multi_ext._two" in result["proc"].stderr
+    assert "two_more.c:1:45: error: expected" in result["proc"].stderr  # the compiler's own line says why
+
+
+@pytest.mark.parametrize(
+    ("objects", "expected"),
+    [
+        ([["a.o"], ["a.o", "b.o"], ["c.o", "d.o"], ["d.o"], ["e.o"]], [[0, 1], [2, 3], [4]]),
+        ([["a.o"], ["b.o"], ["b.o", "./a.o"]], [[0, 1, 2]]),  # joined through a third, one path spelled two ways
+        ([["a.o"], ["b.o"]], [[0], [1]]),
+        ([], []),
+    ],
+)
+def test_chains_group_extensions_that_share_an_object(objects: list[list[str]], expected: list[list[int]]) -> None:
+    assert parallel_compile.chains(objects) == expected
+
+
+class _Compiler:
+    @staticmethod
+    def object_filenames(sources: list[str], output_dir: str) -> list[str]:
+        return [f"{output_dir}/{Path(s).with_suffix('.o')}" for s in sources]
+
+
+def _command(**extra: Any) -> Any:
+    from setuptools.command.build_ext import build_ext
+
+    exts = [SimpleNamespace(name=n, sources=[f"{n}.c"]) for n in ("a", "b")]
+    cls = type("Cmd", (build_ext,), extra.pop("methods", {}))
+    command = cls.__new__(cls)
+    command.__dict__.update({"extensions": exts, "compiler": _Compiler(), "build_temp": "t", "parallel": None} | extra)
+    return command
+
+
+def test_side_by_side_only_where_it_is_known_safe() -> None:
+    assert [[e.name for e in chain] for chain in parallel_compile._independent(_command()) or []] == [["a"], ["b"]]
+    assert parallel_compile._independent(_command(use_ninja=True)) is None  # one build.ninja for all
+    assert parallel_compile._independent(_command(parallel=2)) is None  # the user's own --parallel
+    own = {"build_extension": lambda self, ext: None}  # a package's own (CMake in build_temp, ...)
+    assert parallel_compile._independent(_command(methods=own)) is None
+    swig = _command()
+    swig.extensions[0].sources = ["a.i"]
+    assert parallel_compile._independent(swig) is None
+    one = _command()
+    one.extensions[1].sources = ["a.c"]  # both compile a.o: one chain, nothing side by side
+    assert parallel_compile._independent(one) is None
