@@ -1,7 +1,7 @@
 """One multi-architecture CUDA cell on this machine: nvcc --threads off against on (compile-stage wall).
 
     .venv/bin/python bench/nvcc_threads.py [--source DIR | --corpus NAME]
-        [--arch-list "7.5;8.0;8.6;9.0;10.0;12.0+PTX"] [--repeat 1] [--also 3]
+        [--arch-list "7.5;8.0;8.6;9.0;10.0;12.0+PTX"] [--repeat 1] [--also 3] [--rows off,on,serial]
 
 Each run is a real `wheelfoundry local run` (embedded AWS, runner in host mode, the CUDA 13.0 toolkit from
 the repository's lock under WF_CACHE_DIR, the job's compiler cache cold): one cell, torch 2.14 / Python
@@ -14,8 +14,10 @@ cores; /proc sampled every 0.2 s) and the rest; the wheel's sha256 is printed be
 way: wfbuild.reproducible). --corpus NAME builds a package of examples/corpus/corpus.toml (its PyPI sdist,
 pinned there) instead of the example: `--corpus torch-scatter` is the PyG layout, one extension per .cu
 file built one after another without ninja, whose CUDA units wfbuild.parallel_compile gives the threads
-of a .cu file alone (the "per step" part of the column, from the build's own summary line). The
-machine's load average is recorded beside each run: other work on the cores inflates both figures.
+of a .cu file alone (the "per step" part of the column, from the build's own summary line), and whose
+extensions that share no object file build side by side (their chains in the column); the "serial" row
+(--rows) keeps setuptools' loop, one extension after another (WF_EXTENSION_CHAINS=off): the runner before
+that. The machine's load average is recorded beside each run: other work on the cores inflates the figures.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ DEVICE_STEPS = {"cicc", "ptxas"}  # nvcc's per-architecture steps: the work --th
 PERIOD = 0.2
 SLOTS = re.compile(r"cell\(s\), \d+ at a time, (MAX_JOBS=\d+ each, nvcc --threads \d+)")
 STEPS = re.compile(r"parallel compile: .*compilers at once, nvcc (--threads [0-9/]+) for CUDA units")
+CHAINS = re.compile(r"parallel compile: .*?(\d+ extensions in \d+ chains) side by side")
 
 
 class DeviceSampler(threading.Thread):
@@ -66,12 +69,15 @@ def _comm(pid: str) -> str:
         return ""  # exited while listed
 
 
-def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Path) -> dict[str, Any]:
+def one_run(
+    request: dict[str, Any], source: Path, threads: str | None, cwd: Path, serial: bool = False
+) -> dict[str, Any]:
     cwd.mkdir(parents=True)
     (cwd / "request.json").write_text(json.dumps(request))
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "WF_NVCC_THREADS")}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists())
     env |= {"WF_NVCC_THREADS": threads} if threads else {}
+    env |= {"WF_EXTENSION_CHAINS": "off"} if serial else {}  # setuptools' loop: one extension after another
     argv = [sys.executable, "-m", "wheelfoundry_cli.main", "local", "run", "request.json", "--source", str(source)]
     load = os.getloadavg()[0]
     sampler = DeviceSampler()
@@ -85,14 +91,16 @@ def one_run(request: dict[str, Any], source: Path, threads: str | None, cwd: Pat
     # The build job's log (the test job of the published bytes logs its own cells' line too)
     log = next((text for text in logs if STAGE.search(text)), "\n".join(logs))
     stage = STAGE.search(log)
-    slots, steps = SLOTS.search(log), STEPS.search(log)
+    slots, steps, chains = SLOTS.search(log), STEPS.search(log), CHAINS.search(log)
     wheels = sorted((cwd / "dist").glob("*.whl"))
     if done.returncode != 0 or not stage:
         raise SystemExit(f"run failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}\n{log[-3000:]}")
     seconds, device = float(stage.group(2)), round(sampler.device_seconds(), 1)
     return {
-        "mode": "on" if threads is None else f"WF_NVCC_THREADS={threads}",
-        "parallelism": (slots.group(1) if slots else "?") + (f"; per step {steps.group(1)}" if steps else ""),
+        "mode": ("serial" if serial else "on") if threads is None else f"WF_NVCC_THREADS={threads}",
+        "parallelism": (slots.group(1) if slots else "?")
+        + (f"; per step {steps.group(1)}" if steps else "")
+        + (f"; {chains.group(1)}" if chains else ""),
         "compile_seconds": seconds,
         # the stage's seconds with a cicc or ptxas running, and the rest (host compiles, cudafe++, pip)
         "device_step_seconds": device,
@@ -110,6 +118,12 @@ def main() -> int:
     parser.add_argument("--arch-list", default="8.0;9.0")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--also", type=int, nargs="*", default=[], help="more rows: WF_NVCC_THREADS pinned to N")
+    parser.add_argument(
+        "--rows",
+        default="off,on",
+        help="off (--threads 1), on (the runner's choice), serial (on, extensions "
+        "one after another: WF_EXTENSION_CHAINS=off, the runner before extensions built side by side)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("WF_CACHE_DIR", str(ROOT / ".wfcache"))
     with tempfile.TemporaryDirectory(prefix="wf-nvcc-threads-") as tmp:
@@ -128,13 +142,17 @@ def main() -> int:
             "channel": "bench",
         }  # fmt: skip
         rows = []
-        for n in range(args.repeat):  # off then on, alternating, so drifting load hits both
-            rows.append(one_run(request, source, "1", Path(tmp) / f"off{n}"))
-            rows.append(one_run(request, source, None, Path(tmp) / f"on{n}"))
+        wanted = args.rows.split(",")
+        for n in range(args.repeat):  # the rows in turn, so drifting load hits each
+            for row in wanted:
+                threads = "1" if row == "off" else None
+                rows.append(one_run(request, source, threads, Path(tmp) / f"{row}{n}", serial=row == "serial"))
             rows += [one_run(request, source, str(t), Path(tmp) / f"t{t}-{n}") for t in args.also]
-    offs = [r for r in rows if r["mode"] == "WF_NVCC_THREADS=1"]
-    off = statistics.median(r["compile_seconds"] for r in offs)
-    on = statistics.median(r["compile_seconds"] for r in rows if r["mode"] == "on")
+    medians = {
+        mode: statistics.median(r["compile_seconds"] for r in rows if r["mode"] == label)
+        for mode, label in (("off", "WF_NVCC_THREADS=1"), ("on", "on"), ("serial", "serial"))
+        if any(r["mode"] == label for r in rows)
+    }
     print(f"{name}, CUDA 13.0, TORCH_CUDA_ARCH_LIST={args.arch_list}, {os.cpu_count()} cores")
     print(f"{'mode':20} {'runner chose':56} {'compile s':>9} {'device s':>8} {'other s':>7} {'load':>9}  wheel sha256")
     for r in rows:
@@ -142,11 +160,20 @@ def main() -> int:
         sha = (r["wheel_sha256"] or "-")[:16]
         split = f"{r['device_step_seconds']:>8.1f} {r['other_seconds']:>7.1f}"
         print(f"{r['mode']:20} {r['parallelism']:56} {r['compile_seconds']:>9.1f} {split} {load:>9}  {sha}")
-    print(f"median compile: off {off:.1f} s, on {on:.1f} s: on/off = {on / off:.2f}x (target <= 0.65x)")
+    on = medians.get("on")
+    if on and medians.get("off"):
+        print(f"median compile: off {medians['off']:.1f} s, on {on:.1f} s: on/off = {on / medians['off']:.2f}x")
+    if on and medians.get("serial"):
+        print(
+            f"extensions side by side: {on:.1f} s, one after another {medians['serial']:.1f} s: "
+            f"{on / medians['serial']:.2f}x"
+        )
     print("device s: the stage's seconds with a cicc or ptxas running (what --threads spreads over cores);")
     print("other s: the rest (pip and setup.py, the compiler cache's preprocessing, cudafe++, the host compile, link)")
     out = ROOT / "bench" / "results" / f"nvcc_threads-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    summary = {"package": name, "arch_list": args.arch_list, "cpus": os.cpu_count(), "rows": rows, "ratio": on / off}
+    summary = {"package": name, "arch_list": args.arch_list, "cpus": os.cpu_count(), "rows": rows, "medians": medians}
+    if on and medians.get("off"):
+        summary["ratio"] = on / medians["off"]
     out.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0

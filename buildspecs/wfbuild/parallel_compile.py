@@ -37,7 +37,8 @@ gets the threads of one alone divided by the compilers at once (processes x thre
 runner's memory model assumes). Only where that is known to be safe: the stock ``build_extension`` (not a
 package's own, which may run CMake in the shared build_temp), no ninja (torch writes one build.ninja for
 every extension), no SWIG sources. The wheel is the serial build's, byte for byte
-(tests/buildspecs/test_parallel_extensions.py).
+(tests/buildspecs/test_parallel_extensions.py). ``WF_EXTENSION_CHAINS=off`` in the runner's environment
+keeps the serial loop (bench/nvcc_threads.py's baseline; a way out should a package's build misbehave).
 """
 
 from __future__ import annotations
@@ -303,7 +304,8 @@ def _wrap_serial(original: Any, error: type[Exception]) -> Any:
     def serial(self: Any) -> Any:
         global _SLOTS
         limit = jobs()
-        groups = _independent(self) if limit > 1 and _SLOTS is None and len(self.extensions) > 1 else None
+        wanted = os.environ.get("WF_EXTENSION_CHAINS", "on") != "off"  # off: the bench's baseline, a way out
+        groups = _independent(self) if wanted and limit > 1 and _SLOTS is None and len(self.extensions) > 1 else None
         if not groups:
             return original(self)
         started = time.monotonic()

@@ -70,6 +70,8 @@ class NvccSampler(threading.Thread):
         self.flags: set[str] = set()
         self.most_at_once = 0
         self.cu_files: set[str] = set()  # the .cu files those nvcc compiled (a probe like --version: none)
+        self.most_cu_at_once = 0  # the most .cu files being compiled at one moment
+        self._cu_of: dict[str, set[str]] = {}
         self.root = ""  # the runner's pid: only its descendants count (other builds may share this host)
 
     def run(self) -> None:
@@ -86,6 +88,8 @@ class NvccSampler(threading.Thread):
                 if comm in DEVICE_TOOLS and (owner := self._nvcc_of(pid, procs)) and owner in seen:
                     per_nvcc[owner] = per_nvcc.get(owner, 0) + 1
             self.most_at_once = max([self.most_at_once, *per_nvcc.values()])
+            alive = set().union(*(files for pid, files in self._cu_of.items() if pid in procs))
+            self.most_cu_at_once = max(self.most_cu_at_once, len(alive))
 
     def _read_compile(self, pid: str) -> None:
         """The .cu file an nvcc compiles and the NVCC_APPEND_FLAGS it started with (a probe such as torch's
@@ -99,6 +103,7 @@ class NvccSampler(threading.Thread):
         if not sources:
             return
         self.cu_files |= sources
+        self._cu_of[pid] = sources
         for item in environ:
             if item.startswith(b"NVCC_APPEND_FLAGS="):
                 self.flags.add(item.split(b"=", 1)[1].decode())
@@ -200,37 +205,33 @@ def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_sam
 
 
 @pytest.mark.timeout(3000)
-def test_a_pyg_layout_cells_cu_files_compile_alone_with_the_cells_threads_and_give_the_same_wheel(
+def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_builds_wheel(
     moto_endpoint: str,  # noqa: F811
     cache_dir: Path,
     tmp_path: Path,
 ) -> None:
-    """Two .cu files in the tree, each the one CUDA unit of its own extension, built without ninja
-    (tests/fixtures/pyg_cuda_ext, torch-scatter's layout): on 2 cores the runner's tree count gives the cell
-    no threads, and wfbuild.parallel_compile gives each compile step's lone .cu file both cores' worth."""
-    two_cores = set(sorted(os.sched_getaffinity(0))[:2])
-    assert len(two_cores) == 2, "this test needs 2 cores"
+    """Two extensions, each of one .cpp and one .cu file, built without ninja (tests/fixtures/pyg_cuda_ext,
+    torch-scatter's layout): on one core the cell builds them one after the other; on 2 cores they share no
+    object file, so wfbuild.parallel_compile builds them side by side (both .cu files at once, one nvcc
+    thread each: processes x threads = cores), and the wheel is the serial build's."""
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "this test needs 2 cores"
     work = tmp_path / "work"
     first_aws, second_aws = Aws(moto_endpoint, "us-west-2"), Aws(moto_endpoint, "eu-west-2")
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pyg_cuda_ext"
-    serial, one = _build(
-        first_aws, _put_job(first_aws, tmp_path, fixture, "wf-pyg-cuda"), work, cache_dir, 1, two_cores
-    )
-    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path, fixture, "wf-pyg-cuda"), work, cache_dir, None, two_cores)  # fmt: skip
-    log = second_aws.text(parallel["log_key"])
-    assert "2 .cu file(s) in the source: nvcc threads take the cores they leave" in log
-    assert "MAX_JOBS=2 each, nvcc --threads 1 (2 for a .cu file compiling alone without ninja)" in log, log[-3000:]
-    # --threads 1 pinned: nothing appended and one architecture at a time
-    assert one.cu_files == {"scale_cuda.cu", "shift_cuda.cu"}, one.cu_files
-    assert not any("--threads" in f for f in one.flags), one.flags
-    assert one.most_at_once == 1
-    # each extension's nvcc (one at a time) started with --threads 2 and ran both architectures at once
-    assert two.cu_files == {"scale_cuda.cu", "shift_cuda.cu"}, two.cu_files
-    assert two.flags and all(f.endswith("--threads 2") for f in two.flags), two.flags
-    assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
-    assert "at most 2 compilers at once, nvcc --threads 2 for CUDA units" in log
-    manifest = json.loads(second_aws.text(parallel["manifest_key"]))
-    assert manifest["parallelism"]["nvcc_threads"] == 1 and manifest["parallelism"]["nvcc_threads_alone"] == 2
-    (first,), (second,) = serial["wheels"], parallel["wheels"]
+    job = _put_job(first_aws, tmp_path, fixture, "wf-pyg-cuda")
+    serial, one = _build(first_aws, job, work, cache_dir, None, {cores[0]})
+    job = _put_job(second_aws, tmp_path, fixture, "wf-pyg-cuda")
+    side, two = _build(second_aws, job, work, cache_dir, None, set(cores[:2]))
+    log = first_aws.text(serial["log_key"])
+    assert "MAX_JOBS=1 each" in log and "chains side by side" not in log, log[-3000:]
+    assert one.cu_files == {"scale_cuda.cu", "shift_cuda.cu"} and one.most_cu_at_once == 1, one.cu_files
+    log = second_aws.text(side["log_key"])
+    assert "MAX_JOBS=2 each" in log, log[-3000:]
+    assert "2 extensions in 2 chains side by side, up to 2 compilers at once" in log, log[-3000:]
+    assert two.cu_files == {"scale_cuda.cu", "shift_cuda.cu"} and two.most_cu_at_once == 2
+    assert two.flags and not any("--threads" in f for f in two.flags), two.flags  # 2 compilers x 1 thread
+    assert two.most_at_once == 1, f"{two.most_at_once} cicc/ptxas of one nvcc at a time"
+    (first,), (second,) = serial["wheels"], side["wheels"]
     assert first["filename"] == second["filename"] and "cu130" in first["filename"]
-    assert first["sha256"] == second["sha256"], f"{first['filename']}: --threads 1 and 2 give different wheels"
+    assert first["sha256"] == second["sha256"], f"{first['filename']}: serial and side by side differ"

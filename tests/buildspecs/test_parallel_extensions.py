@@ -65,19 +65,23 @@ def _peak(intervals: list[tuple[str, float, float]]) -> int:
     return peak
 
 
-def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE) -> dict[str, Any]:
+def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE, **extra: str) -> dict[str, Any]:
     src = tmp / "src"  # the same folder every time: the same paths in the objects
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(fixture, src)
     log, record = tmp / f"compiles-{jobs}.log", tmp / f"parallel-{jobs}.jsonl"
     folder = tmp / f"wrappers-{jobs}"
     _wrappers(folder, log, os.environ["PATH"])
-    env = os.environ | {
-        "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
-        "WF_COMPILE_JOBS": str(jobs),
-        "WF_PARALLEL_LOG": str(record),
-        "SOURCE_DATE_EPOCH": "1700000000",
-    }
+    env = (
+        os.environ
+        | {
+            "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
+            "WF_COMPILE_JOBS": str(jobs),
+            "WF_PARALLEL_LOG": str(record),
+            "SOURCE_DATE_EPOCH": "1700000000",
+        }
+        | extra
+    )
     env.pop("CC", None)
     hook = (  # what the build environment's .pth line does, then setup.py as pip runs it
         f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'buildspecs')!r}); "
@@ -121,6 +125,18 @@ def test_extensions_that_share_no_object_build_side_by_side_in_one_bound_and_giv
         assert hashlib.sha256(side["libs"][name]).hexdigest() == hashlib.sha256(data).hexdigest(), name
 
 
+def test_chains_off_keeps_setuptools_serial_loop(tmp_path: Path) -> None:
+    result = _build(tmp_path, 2, WF_EXTENSION_CHAINS="off")
+    assert result["proc"].returncode == 0, result["proc"].stderr[-3000:]
+    compiles = sorted(result["compiles"], key=lambda c: c[1])
+    # extension by extension: _one_plain's one.c, then _one_full's two units, then _two's
+    assert [c[0] for c in compiles[:1]] + sorted(c[0] for c in compiles[1:3]) == ["one.c", "full.c", "one.c"]
+    assert compiles[0][2] <= min(c[1] for c in compiles[1:]), compiles
+    assert max(c[2] for c in compiles[:3]) <= min(c[1] for c in compiles if c[0].startswith("two")), compiles
+    assert "chains side by side" not in result["summary"]
+    assert result["kinds"] == "plain full 42"
+
+
 def test_a_failed_chain_fails_the_build_naming_its_extensions(tmp_path: Path) -> None:
     broken = tmp_path / "fixture"
     shutil.copytree(FIXTURE, broken)
@@ -152,11 +168,11 @@ class _Compiler:
 
 
 def _command(**extra: Any) -> Any:
-    from setuptools.command.build_ext import build_ext
+    from setuptools.command.build_ext import build_ext  # type: ignore[import-untyped]
 
     exts = [SimpleNamespace(name=n, sources=[f"{n}.c"]) for n in ("a", "b")]
     cls = type("Cmd", (build_ext,), extra.pop("methods", {}))
-    command = cls.__new__(cls)
+    command: Any = object.__new__(cls)  # no distribution: only the attributes _independent reads
     command.__dict__.update({"extensions": exts, "compiler": _Compiler(), "build_temp": "t", "parallel": None} | extra)
     return command
 
