@@ -48,6 +48,7 @@ import importlib.abc
 import json
 import os
 import re
+import select
 import sys
 import threading
 import time
@@ -147,7 +148,7 @@ def _slot() -> Iterator[None]:
         yield
         return
     while not slots.take():
-        time.sleep(0.05)
+        select.select([slots.read], [], [], 0.05)
     try:
         yield
     finally:
@@ -201,6 +202,8 @@ def run_forked(
                     pending.clear()  # the running units finish; no new one starts
         if running:
             time.sleep(0.02)
+        elif pending and slots is not None:  # nothing of ours runs: wait for another chain to free a slot
+            select.select([slots.read], [], [], 0.05)
     if failed:
         raise error(f"{len(failed)} {what} failed to compile: {', '.join(failed)}")
     return peak

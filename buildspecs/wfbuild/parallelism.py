@@ -60,7 +60,8 @@ def cell_slots(
     beside its ``.cpp``, one of 8 ``.cu`` files with none. Unknown (the planner's model), threads first.
     ``alone``: the threads of one ``.cu`` file compiling with no other nvcc beside it in the cell, which
     wfbuild.parallel_compile gives a ninja-less compile step's CUDA units (one extension per ``.cu`` file:
-    one nvcc at a time however many files the tree holds), shared by those that run at once."""
+    one nvcc at a time however many files the tree holds), shared by those that run at once, or by all
+    MAX_JOBS compilers while extensions that share no object file build side by side."""
     by_memory = max(1, int(spare_gib // gib_per_job))
     units = max(1, min(cores, by_memory, max_jobs))
     slots = max(1, min(cells, units, slots_override or cells))

@@ -14,6 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -189,3 +191,25 @@ def test_side_by_side_only_where_it_is_known_safe() -> None:
     one = _command()
     one.extensions[1].sources = ["a.c"]  # both compile a.o: one chain, nothing side by side
     assert parallel_compile._independent(one) is None
+
+
+def test_a_step_waiting_for_a_slot_sleeps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """While other chains hold every slot, a compile step waits on the pipe, not in a busy loop (which would
+    take a core from the very compilers it waits for)."""
+    slots = parallel_compile.Slots(1)
+    monkeypatch.setattr(parallel_compile, "_SLOTS", slots)
+    assert slots.take()  # another chain's compiler holds the only slot
+    done = tmp_path / "done"
+    worker = threading.Thread(
+        target=parallel_compile.run_forked, args=([(done, "a.c")], lambda path, _: path.touch(), 2, RuntimeError)
+    )
+    cpu = time.process_time()
+    worker.start()
+    time.sleep(1.0)
+    waited = time.process_time() - cpu
+    assert not done.exists() and worker.is_alive()
+    slots.give()  # that compiler ends
+    worker.join(timeout=10)
+    assert done.exists() and not worker.is_alive()
+    assert waited < 0.25, f"{waited:.2f} CPU-s spent waiting 1 s for a slot"
+    slots.close()
