@@ -132,6 +132,10 @@ class Slots:
     def give(self) -> None:
         os.write(self.write, b"+")
 
+    def wait(self) -> None:
+        """Until a slot may be free (another process gave one back), or a moment: never a busy loop."""
+        select.select([self.read], [], [], 0.05)
+
     def close(self) -> None:
         os.close(self.read)
         os.close(self.write)
@@ -148,7 +152,7 @@ def _slot() -> Iterator[None]:
         yield
         return
     while not slots.take():
-        select.select([slots.read], [], [], 0.05)
+        slots.wait()
     try:
         yield
     finally:
@@ -203,7 +207,7 @@ def run_forked(
         if running:
             time.sleep(0.02)
         elif pending and slots is not None:  # nothing of ours runs: wait for another chain to free a slot
-            select.select([slots.read], [], [], 0.05)
+            slots.wait()
     if failed:
         raise error(f"{len(failed)} {what} failed to compile: {', '.join(failed)}")
     return peak

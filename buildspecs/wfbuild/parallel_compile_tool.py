@@ -20,7 +20,8 @@ HOOK = "_wf_parallel_compile"  # the hook's module name inside a build environme
 
 
 def install(python: str) -> str:
-    """Copy this file into the environment's site-packages with a .pth line that imports it."""
+    """Copy the hook (wfbuild.parallel_compile's file) into the environment's site-packages with a .pth line
+    that imports it."""
     probe = "import sysconfig; print(sysconfig.get_path('purelib'))"
     site = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     shutil.copyfile(parallel_compile.__file__, os.path.join(site, f"{HOOK}.py"))

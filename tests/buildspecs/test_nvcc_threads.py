@@ -69,10 +69,14 @@ class NvccSampler(threading.Thread):
         self.stop = threading.Event()
         self.flags: set[str] = set()
         self.most_at_once = 0
-        self.cu_files: set[str] = set()  # the .cu files those nvcc compiled (a probe like --version: none)
         self.most_cu_at_once = 0  # the most .cu files being compiled at one moment
-        self._cu_of: dict[str, set[str]] = {}
+        self._cu_of: dict[str, set[str]] = {}  # nvcc pid -> the .cu files it compiles
         self.root = ""  # the runner's pid: only its descendants count (other builds may share this host)
+
+    @property
+    def cu_files(self) -> set[str]:
+        """The .cu files the nvcc processes compiled (a probe such as ``nvcc --version``: none)."""
+        return set().union(*self._cu_of.values())
 
     def run(self) -> None:
         seen: set[str] = set()
@@ -102,7 +106,6 @@ class NvccSampler(threading.Thread):
         sources = {Path(a.decode()).name for a in argv if a.endswith(b".cu")}
         if not sources:
             return
-        self.cu_files |= sources
         self._cu_of[pid] = sources
         for item in environ:
             if item.startswith(b"NVCC_APPEND_FLAGS="):

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.buildspecs.jobs import ROOT
+from tests.buildspecs.test_parallel_compile import most_at_once
 from wfbuild import parallel_compile, parallel_compile_tool
 
 FIXTURE = ROOT / "tests" / "fixtures" / "multi_ext"
@@ -58,15 +59,6 @@ def _intervals(log: Path) -> list[tuple[str, float, float]]:
     return out
 
 
-def _peak(intervals: list[tuple[str, float, float]]) -> int:
-    events = sorted([(a, 1) for _, a, _ in intervals] + [(b, -1) for _, _, b in intervals])
-    running = peak = 0
-    for _, delta in events:
-        running += delta
-        peak = max(peak, running)
-    return peak
-
-
 def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE, **extra: str) -> dict[str, Any]:
     src = tmp / "src"  # the same folder every time: the same paths in the objects
     shutil.rmtree(src, ignore_errors=True)
@@ -99,7 +91,7 @@ def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE, **extra: str) -> dict[
             [sys.executable, "-c", probe], cwd=src / "out", capture_output=True, text=True, check=True
         ).stdout.strip()
     return {"proc": proc, "libs": libs, "kinds": kinds, "compiles": _intervals(log) if log.exists() else [],
-            "summary": parallel_compile_tool.summary(str(record))}  # fmt: skip
+            "log": log, "summary": parallel_compile_tool.summary(str(record))}  # fmt: skip
 
 
 def test_extensions_that_share_no_object_build_side_by_side_in_one_bound_and_give_the_serial_bytes(
@@ -107,7 +99,7 @@ def test_extensions_that_share_no_object_build_side_by_side_in_one_bound_and_giv
 ) -> None:
     serial = _build(tmp_path, 1)
     assert serial["proc"].returncode == 0, serial["proc"].stderr[-3000:]
-    assert _peak(serial["compiles"]) == 1 and len(serial["compiles"]) == 5
+    assert most_at_once(serial["log"]) == (5, 1)  # (compiles, the most at one moment)
     side = _build(tmp_path, 2)
     assert side["proc"].returncode == 0, side["proc"].stderr[-3000:]
     compiles = side["compiles"]
@@ -116,7 +108,7 @@ def test_extensions_that_share_no_object_build_side_by_side_in_one_bound_and_giv
     first_one = min((c for c in compiles if c[0] == "one.c"), key=lambda c: c[1])
     assert any(c[0].startswith("two") and c[1] < first_one[2] and first_one[1] < c[2] for c in compiles), compiles
     # three were ready at the start (one.c, two.c, two_more.c): the shared slots let two run, never more
-    assert _peak(compiles) == 2, compiles
+    assert most_at_once(side["log"]) == (5, 2), compiles
     # _one_plain and _one_full compile one.c to the same one.o: one after the other, each with its macro
     assert serial["kinds"] == side["kinds"] == "plain full 42"
     assert "3 extensions in 2 chains side by side, up to 2 compilers at once" in side["proc"].stderr
