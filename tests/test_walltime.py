@@ -126,6 +126,19 @@ def test_nvcc_threads_are_appended_to_the_flags_already_there_and_never_override
     assert nvcc_threads_env({"CUDA_VERSION": "13.0"}, 2, objtemp=False) == {"NVCC_APPEND_FLAGS": "--threads 2"}
 
 
+def test_an_extension_cells_thread_count_ends_every_nvcc_command_line_even_at_one() -> None:
+    # nvcc keeps the last of a repeated option, and NVCC_APPEND_FLAGS come after the package's own flags:
+    # so causal-conv1d's hard-coded --threads 4 gives way to the cell's share of the cores, 1 included
+    cuda = {"CUDA_VERSION": "12.6", "NVCC_APPEND_FLAGS": "-Xcompiler=-ffile-prefix-map=/w=."}
+    assert nvcc_threads_env(cuda, 1, last_word=True) == {
+        "NVCC_APPEND_FLAGS": "-Xcompiler=-ffile-prefix-map=/w=. --threads 1"
+    }
+    assert nvcc_threads_env(cuda, 3, last_word=True)["NVCC_APPEND_FLAGS"].endswith(" --threads 3")
+    assert nvcc_threads_env(cuda, 1) == {}  # a framework build: the catalog's TORCH_NVCC_FLAGS keep theirs
+    assert nvcc_threads_env({}, 1, last_word=True) == {}  # a CPU cell: no nvcc
+    assert nvcc_threads_env({**cuda, "NVCC_APPEND_FLAGS": "--threads 2"}, 1, last_word=True) == {}  # the job's own
+
+
 def test_recorded_cells_of_the_same_source_scale_the_model() -> None:
     config = load_config()
     model = cell_cost(True, 7, config)

@@ -5,6 +5,7 @@ side by side. WF_CELL_SLOTS / WF_NVCC_THREADS in the runner's environment pin th
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from wfbuild import container, hostinfo, parallelism
@@ -47,6 +48,15 @@ def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
         int(threads) if threads else None,
         units,
     )
+
+
+def nvcc_env(job: Job, env: Mapping[str, str], extra: Mapping[str, str], cached: bool) -> dict[str, str]:
+    """A compile stage's nvcc flags for its cell's thread count (``extra``: run_cells' split). An extension's
+    count ends nvcc's command line even at 1, so a ``--threads`` its setup.py writes gives way to it;
+    sccache (a host server, or a stage's own) cannot take -objtemp."""
+    threads = int(extra.get("WF_NVCC_THREADS") or 1)
+    last_word = bool(job.job.get("extension"))
+    return parallelism.nvcc_threads_env(env, threads, objtemp=not cached, last_word=last_word)
 
 
 def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_failed: bool) -> None:

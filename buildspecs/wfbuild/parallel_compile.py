@@ -82,9 +82,10 @@ def unit_threads(sources: list[str], limit: int) -> int:
 
 
 def with_threads(flags: str, threads: int) -> str:
-    """``flags`` (NVCC_APPEND_FLAGS) with the runner's ``--threads`` replaced by ``threads`` (none for 1)."""
+    """``flags`` (NVCC_APPEND_FLAGS) with the runner's ``--threads`` replaced by ``threads``, 1 included: the
+    last ``--threads`` on nvcc's command line wins over one the package's own flags carry."""
     kept = _THREADS.sub("", flags).strip()
-    return f"{kept} --threads {threads}".strip() if threads > 1 else kept
+    return f"{kept} --threads {threads}".strip()
 
 
 @contextlib.contextmanager

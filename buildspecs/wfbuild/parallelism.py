@@ -98,7 +98,9 @@ def cuda_units(root: Path, limit: int = 50_000) -> int:
     return found
 
 
-def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True) -> dict[str, str]:
+def nvcc_threads_env(
+    env: Mapping[str, str], threads: int, objtemp: bool = True, last_word: bool = False
+) -> dict[str, str]:
     """The one place this module's nvcc flags are assembled: ``env``'s NVCC_APPEND_FLAGS with ``--threads``
     appended (none when ``threads`` is 1, nvcc's default) and, for CUDA >= 13.0 (checked here with the
     repository's 13.0 lock), ``-objtemp``: nvcc then names its intermediate files after the object, not
@@ -108,11 +110,15 @@ def nvcc_threads_env(env: Mapping[str, str], threads: int, objtemp: bool = True)
     A package's own ``--threads`` also turns off wfbuild.parallel_compile's per-step threads
     (``WF_NVCC_THREADS_ALONE`` 1). ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun
     steps and loses the object with -objtemp: checked here), so the pid names stay (wfbuild.reproducible
-    does not promise those bytes)."""
+    does not promise those bytes). ``last_word`` (an extension's CUDA cell): ``--threads`` goes on even at
+    1, so it ends every nvcc command line (NVCC_APPEND_FLAGS come after the package's own flags, and nvcc
+    keeps the last of a repeated option): a package that writes its own count into its nvcc flags
+    (causal-conv1d 1.7.0's and fast-hadamard-transform 1.1.0's setup.py: ``--threads 4``) compiles with
+    the count the cell's cores and memory were shared for, not 4 on each of MAX_JOBS compilers."""
     flags = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
     own = "--threads" in flags or "-t" in flags or any(f.startswith("--threads=") for f in flags)
     extra = []
-    if threads > 1 and not own:
+    if not own and (threads > 1 or (last_word and env.get("CUDA_VERSION"))):
         extra.append(f"--threads {threads}")
     if objtemp and _cuda_at_least(env.get("CUDA_VERSION", ""), (13, 0)) and "-objtemp" not in flags:
         extra.append("-objtemp")

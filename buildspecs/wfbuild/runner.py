@@ -7,7 +7,8 @@ SpotInterrupted). On CodeBuild the token is not in the environment: ``WF_TOKEN_K
 object that holds it. Without any token it calls nothing back and writes the success payload to
 ``<prefix>result.json``; the exit status tells.
 Exit status: 0 success reported, 1 failure reported, 2 bad configuration, 3 token gone.
-A stage's environment is wfbuild.stage_env's, the cells' split and schedule wfbuild.cells', the manifest,
+A stage's environment is wfbuild.stage_env's, the cells' split and schedule wfbuild.cells', host mode's
+toolkit and compiler cache wfbuild.host_mode's, the manifest,
 uploads and callback wfbuild.finish's; the Job here holds the job's state and runs its stages.
 """
 
@@ -38,12 +39,11 @@ from wfbuild import (
     container,
     credentials,
     finish,
+    host_mode,
     hostfiles,
     hostinfo,
     manifest,
-    parallelism,
     stage_env,
-    toolkit,
 )
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.stages import Stage, render_stages
@@ -135,9 +135,9 @@ class Job:
             and self.job["image"]["build_args"].get("CUDA_VERSION")
             and not fatal_failed
         ):
-            fatal_failed = not self._host_toolkit()
+            fatal_failed = not host_mode.install_toolkit(self)
         if self.mode == "none" and not fatal_failed and compiler_cache.wanted(self.job["env"], self.bucket):
-            self._host_compiler_cache()
+            host_mode.start_compiler_cache(self)
         if [s.name for s in host] != [s.name for s in inside]:
             raise RuntimeError("host and container renderings of the stages differ")
         pairs = list(zip(host, inside))  # noqa: B905  (runs on the host's Python 3.9)
@@ -152,32 +152,6 @@ class Job:
                 j += 1
             cells.run_cells(self, pairs[i:j], image, fatal_failed)
             i = j
-
-    def _cache_root(self) -> Path:
-        """Where host mode keeps what outlives the job (toolkits, sccache): the shared cache, else the work dir."""
-        return Path(self.environ["WF_CACHE_DIR"]) if self.environ.get("WF_CACHE_DIR") else self.work
-
-    def _host_compiler_cache(self) -> None:
-        """Host mode: sccache from the bundle's hash lock, one server for the job (never fatal)."""
-        root = self._cache_root()
-        binary = compiler_cache.install(self.bundle, root, lambda argv: subprocess.run(argv, check=False).returncode)
-        if binary is None:
-            self.log.note("warning: sccache could not be installed from its lock: compiling without a cache")
-            return
-        cache = compiler_cache.CompilerCache(str(binary), self.work, self.log.note)
-        cache.start(stage_env.for_stage(self, Stage("sccache", [], {}), False))
-        self.cache = cache  # not running: the stages lose the launcher variables and compile directly
-
-    def _host_toolkit(self) -> bool:
-        """Host mode: the image's CUDA toolkit lock, installed under the cache (the image stage's twin)."""
-        root = self._cache_root()
-        argv = ["python3", "-m", "wfbuild.toolkit", "--job", str(self.work / "meta" / "job.json"), "--root", str(root)]
-        stage = Stage("toolkit", argv, {}, host=True)
-        if self._run_one(stage, stage, "", {}) != "succeeded":
-            return False
-        cuda, platform_ = str(self.job["image"]["build_args"]["CUDA_VERSION"]), self.job["platform"]
-        self.cuda_home = toolkit.prefix_for(self.bundle, cuda, platform_, toolkit.requirements_of(self.job), root)
-        return True
 
     def step(
         self, pair: tuple[Stage, Stage], image: str, fatal_failed: bool, extra: dict[str, str] | None = None
@@ -197,16 +171,16 @@ class Job:
             return fatal_failed
         if stage_host.always:
             finish.write_results(self)
-        status = self._run_one(stage_host, stage_in, image, extra or {})
+        status = self.run_one(stage_host, stage_in, image, extra or {})
         return fatal_failed or (status != "succeeded" and stage_host.fatal)
 
-    def _run_one(self, stage_host: Stage, stage_in: Stage, image: str, extra: dict[str, str]) -> str:
+    def run_one(self, stage_host: Stage, stage_in: Stage, image: str, extra: dict[str, str]) -> str:
         in_container = self.mode == "docker" and not stage_host.host
         stage = stage_in if in_container else stage_host
         env = {**stage_env.for_stage(self, stage, in_container), **extra}
         cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
         if compile_records.compiles(stage):  # sccache (a host server, or a stage's own) cannot take -objtemp
-            env |= parallelism.nvcc_threads_env(env, int(extra.get("WF_NVCC_THREADS") or 1), objtemp=not cached)
+            env |= cells.nvcc_env(self, env, extra, cached)
         argv = self.compile.argv(stage, in_container, cached)
         hook = None
         if in_container:

@@ -187,8 +187,8 @@ def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_sam
     parallel, two = _build(second_aws, _put_job(second_aws, tmp_path / "two"), work, cache_dir, None)
     (second,) = parallel["wheels"]
     aws = second_aws
-    # --threads 1: nothing appended, one architecture at a time
-    assert one.cu_files == {"ops_cuda.cu"} and not any("--threads" in f for f in one.flags), one.flags
+    # --threads 1, said on the command line (it ends it, so a package's own gives way): one at a time
+    assert one.cu_files == {"ops_cuda.cu"} and one.flags and all("--threads 1" in f for f in one.flags), one.flags
     assert one.most_at_once == 1
     # --threads 2: every nvcc started with it, and it ran both architectures' device compiles at once
     assert two.cu_files == {"ops_cuda.cu"} and two.flags and all("--threads 2" in f for f in two.flags), two.flags
@@ -233,8 +233,32 @@ def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_
     assert "MAX_JOBS=2 each" in log, log[-3000:]
     assert "2 extensions in 2 chains side by side, up to 2 compilers at once" in log, log[-3000:]
     assert two.cu_files == {"scale_cuda.cu", "shift_cuda.cu"} and two.most_cu_at_once == 2
-    assert two.flags and not any("--threads" in f for f in two.flags), two.flags  # 2 compilers x 1 thread
+    assert two.flags and all("--threads 1" in f for f in two.flags), two.flags  # 2 compilers x 1 thread
     assert two.most_at_once == 1, f"{two.most_at_once} cicc/ptxas of one nvcc at a time"
     (first,), (second,) = serial["wheels"], side["wheels"]
     assert first["filename"] == second["filename"] and "cu130" in first["filename"]
     assert first["sha256"] == second["sha256"], f"{first['filename']}: serial and side by side differ"
+
+
+@pytest.mark.timeout(3000)
+def test_a_packages_own_nvcc_threads_give_way_to_the_cells_share_of_the_cores(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """causal-conv1d 1.7.0's setup.py (fast-hadamard-transform 1.1.0's too) puts ``--threads 4`` in its own
+    nvcc flags, which would run 4 architectures at once on each of MAX_JOBS compilers whatever the cell's
+    cores and memory. The example with that flag added, in a cell pinned to one thread: the runner's
+    ``--threads 1`` ends nvcc's command line, nvcc keeps the last, and one architecture compiles at a time."""
+    source = example_source(tmp_path / "src")
+    setup = source / "setup.py"
+    text = setup.read_text()
+    assert '"nvcc": ["-O2"]' in text
+    setup.write_text(text.replace('"nvcc": ["-O2"]', '"nvcc": ["-O2", "--threads", "4"]'))
+    aws = Aws(moto_endpoint, "ap-northeast-1")
+    output, sampler = _build(aws, _put_job(aws, tmp_path, source), tmp_path / "work", cache_dir, 1)
+    assert sampler.cu_files == {"ops_cuda.cu"} and sampler.flags, sampler.flags
+    assert sampler.most_at_once == 1, f"{sampler.most_at_once} cicc/ptxas of one nvcc at a time: the package's 4"
+    assert all("--threads 1" in f for f in sampler.flags), sampler.flags
+    (wheel,) = output["wheels"]
+    assert "cu130" in wheel["filename"]

@@ -175,7 +175,8 @@ RUNNER = "-Xcompiler=-ffile-prefix-map=/w=. -objtemp"  # what the runner exports
         ),
         (3, ["a.cu", "b.cu", "c.cpp"], [f"{RUNNER} --threads 2"] * 2 + [RUNNER]),  # two nvcc at once: 2 each
         (2, ["a.cu", "b.cu", "c.cu"], [f"{RUNNER} --threads 2"] * 3),  # two at a time
-        (8, ["a.cu", "b.cu", "c.cu", "d.cu", "e.cu"], [RUNNER] * 5),  # 4 // 5: nvcc's default, one
+        # 4 // 5: one, said on the command line, after any --threads of the package's own flags
+        (8, ["a.cu", "b.cu", "c.cu", "d.cu", "e.cu"], [f"{RUNNER} --threads 1"] * 5),
         (1, ["a.cpp", "b.cu"], [RUNNER, RUNNER]),  # one job: the serial loop as it was, the runner's flags
         (4, ["only_cuda.cu"], [f"{RUNNER} --threads 4"]),  # a step of one unit compiles in this process
     ],
@@ -206,7 +207,8 @@ def test_the_runners_threads_stay_where_it_exports_no_threads_for_one_alone(
     [
         ("-objtemp --threads 2", 4, "-objtemp --threads 4"),
         ("--threads=2 -objtemp", 3, "-objtemp --threads 3"),
-        ("-Xcompiler=-ffile-prefix-map=/w=. --threads 2", 1, "-Xcompiler=-ffile-prefix-map=/w=."),
+        # 1 too: the last --threads on nvcc's command line wins over a package's own (causal-conv1d's 4)
+        ("-Xcompiler=-ffile-prefix-map=/w=. --threads 2", 1, "-Xcompiler=-ffile-prefix-map=/w=. --threads 1"),
         ("", 2, "--threads 2"),
         ("-Xnvlink=--threads-unused", 2, "-Xnvlink=--threads-unused --threads 2"),  # only the whole flag
     ],
