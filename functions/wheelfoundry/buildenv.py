@@ -25,6 +25,23 @@ NEWEST_GCC_TOOLSET = 14  # AlmaLinux 8 (manylinux_2_28) ships gcc-toolset-11 .. 
 # cuBLAS, cuSPARSE, cuSOLVER (ATen/cuda/CUDAContext.h), cuRAND, cuFFT and NVTX, but never these.
 FRAMEWORK_ONLY = ("cudnn", "nccl", "nvshmem", "cusparselt", "cufile", "cudss")
 
+# What a request's build_env may not set: the variables this farm sets in a cell (its cores' split, the
+# toolkit, the compiler flags reproducibility depends on, the cache, the AWS session) and those that change
+# how a shell, Python, pip or the dynamic loader behave under the farm's own stage scripts.
+FARM_ENV_PREFIXES = ("AWS_", "WF_", "SCCACHE_", "CUDA", "NVCC_", "TORCH_", "PYTORCH_", "CMAKE_", "LD_", "PYTHON",
+                     "PIP_", "BASH", "LC_", "AUDITWHEEL_", "CCACHE_", "SSL_", "NVIDIA_")  # fmt: skip
+FARM_ENV_NAMES = frozenset(
+    ("PATH", "HOME", "USER", "SHELL", "ENV", "IFS", "PS4", "TMPDIR", "TZ", "LANG", "MAX_JOBS", "MAKEFLAGS", "NINJA",
+     "CC", "CXX", "CPP", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "FORCE_CUDA", "USE_CUDA", "SOURCE_DATE_EPOCH",
+     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "REQUESTS_CA_BUNDLE")
+)  # fmt: skip
+
+
+def farm_owned(name: str) -> bool:
+    """Whether a build_env name is one the farm sets or relies on (refused in a request)."""
+    upper = name.upper()
+    return upper in FARM_ENV_NAMES or upper.startswith(FARM_ENV_PREFIXES)
+
 
 def flag(value: bool) -> str:
     return "1" if value else "0"

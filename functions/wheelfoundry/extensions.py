@@ -181,6 +181,7 @@ def _job(
     )
     scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
     env = {
+        **dict(request.build_env),  # the package's own switches; the farm's names below were refused
         "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
         "WF_GIB_PER_COMPILE_JOB": str(config.gib_per_compile_job[accelerator]),
         "WF_GIB_PER_NVCC_THREAD": str(config.gib_per_nvcc_thread),

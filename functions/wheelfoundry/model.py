@@ -131,6 +131,7 @@ class ExtensionRequest:
     framework: Literal["extension"] = "extension"
     image: RuntimeImage | None = None
     test: ExtensionTest | None = None
+    build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted: the package's own build switches
 
 
 Request = BuildRequest | ExtensionRequest

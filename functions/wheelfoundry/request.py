@@ -325,6 +325,7 @@ def _build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Req
             channel=data.get("channel") or "extensions",
             image=images.parse(data.get("image")),
             test=_test(data.get("test")),
+            build_env=tuple(sorted(data["build_env"].items())),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(

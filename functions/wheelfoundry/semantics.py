@@ -11,6 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from wheelfoundry import buildenv
 from wheelfoundry.catalog import ALL_PACKAGES, Catalog, classify
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
@@ -147,8 +148,23 @@ def _check_pytorch(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig
     return issues
 
 
+def _check_build_env(value: Any) -> list[Issue]:
+    """build_env names the farm sets itself: refused, naming the variable (the schema checks the shape)."""
+    if not isinstance(value, Mapping):
+        return []
+    why = (
+        "is the farm's to set (the cell's cores, toolkit, compiler flags, cache or session, "
+        "or how its shell, Python and loader run)"
+    )
+    return [
+        Issue(f"build_env.{name}", f"{name} {why}", name, ("other upper-case names, like CAUSAL_CONV1D_FORCE_BUILD",))
+        for name in value
+        if isinstance(name, str) and buildenv.farm_owned(name)
+    ]
+
+
 def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
-    issues: list[Issue] = []
+    issues: list[Issue] = _check_build_env(data.get("build_env"))
     resolved: list[Resolved] = []
     for i, spec in _strs(data.get("torch")):
         where = f"torch[{i}]"

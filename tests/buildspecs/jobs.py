@@ -108,9 +108,11 @@ if __name__ == "__main__":
     main()
 
 
-def plan_extension_job(name: str, source_s3: str, keep_on_failure: bool = False) -> dict[str, Any]:
+def plan_extension_job(
+    name: str, source_s3: str, keep_on_failure: bool = False, build_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The job Validate would write for a one-cell extension request against this machine's torch."""
-    raw = {
+    raw: dict[str, Any] = {
         "framework": "extension",
         "name": name,
         "source": {"s3": source_s3},
@@ -119,6 +121,7 @@ def plan_extension_job(name: str, source_s3: str, keep_on_failure: bool = False)
         "python": ["3.11"],
         "torch_index": "pip",  # this host's pip configuration: torch 2.13.0 from its local wheel
         "options": {"keep_on_failure": keep_on_failure},
+        **({"build_env": build_env} if build_env else {}),
     }
     (job,) = plan_request(parse_request(raw), load_catalog(), load_config(), today=TODAY).jobs
     return job.to_dict()

@@ -150,10 +150,12 @@ def tarball(src: Path, top: str) -> bytes:
     return buffer.getvalue()
 
 
-def put_job(aws: Aws, name: str, source: bytes, keep: bool = False) -> tuple[dict[str, Any], str]:
+def put_job(
+    aws: Aws, name: str, source: bytes, keep: bool = False, build_env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
     key = f"sources/{name}.tar.gz"
     aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=source)
-    job = plan_extension_job(name, f"s3://{aws.bucket}/{key}", keep_on_failure=keep)
+    job = plan_extension_job(name, f"s3://{aws.bucket}/{key}", keep_on_failure=keep, build_env=build_env)
     prefix = f"runs/run-1/jobs/{job['id']}/"
     job["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
                   "region": aws.region}  # fmt: skip
