@@ -64,6 +64,7 @@ case "$backend" in
       "up to $jobs translation units at a time (wfbuild.parallel_compile: forked workers)"
     ;;
 esac
+marker="$(mktemp)"  # what the build writes under the tree is newer (wfbuild.built_here)
 # No build isolation: an isolated build would install some other torch from an index.
 "$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps "${settings[@]}" \
   --wheel-dir "$WF_OUT_DIR" -- "$WF_SRC_DIR"
@@ -71,5 +72,10 @@ if [[ -n "${WF_PARALLEL_LOG:-}" ]]; then
   wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile_tool summary --log "$WF_PARALLEL_LOG")"
   rm -f -- "$WF_PARALLEL_LOG"
 fi
+if [[ "$backend" == setuptools ]]; then  # builds in the tree; others may build in a temporary folder
+  python3 -m wfbuild.built_here --wheel-dir "$WF_OUT_DIR" --tree "$WF_SRC_DIR" --marker "$marker" ||
+    wf_die "the wheel holds binaries this build did not compile (above)"
+fi
+rm -f -- "$marker"
 wf_sccache_stats
 ls -l "$WF_OUT_DIR"
