@@ -15,22 +15,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import boto3
-
-from . import instance_roles, ssm_ext
+from . import ssm_ext, ssm_script
 from ._moto import ACCOUNT_ID, Patches, ec2_backend, iso, utcnow
 from .events import EventDelivery
+from .ssm_script import CommandRun
 
 Output = Callable[[str, str, str], None]  # (instance id, command id, line)
 INSTANCE_LOOK_SECONDS = 1.0
@@ -39,39 +36,6 @@ INSTANCE_LOOK_SECONDS = 1.0
 # burst of builds cannot starve the embedded AWS past the deadlines it enforces (heartbeats, Lambda
 # timeouts) that on AWS no build could make it miss.
 INSTANCE_NICE = ("nice", "-n", "10")
-
-
-@dataclass
-class CommandRun:
-    command_id: str
-    instance_id: str
-    document_name: str
-    log_path: Path
-    status: str = "Pending"
-    exit_code: int | None = None
-    cancel: bool = False
-
-
-def _params(declared: dict[str, Any], given: dict[str, list[str]]) -> dict[str, str]:
-    values = {}
-    for name, spec in declared.items():
-        chosen = given.get(name)
-        if chosen is None and "default" in spec:
-            default = spec["default"]
-            chosen = default if isinstance(default, list) else [default]
-        values[name] = ",".join(str(v) for v in (chosen or []))
-    return values
-
-
-def _literal(value: str) -> Callable[[re.Match[str]], str]:
-    return lambda _match: value
-
-
-def _substitute(text: str, params: dict[str, str]) -> str:
-    for name, value in params.items():
-        # A function replacement: the value is pasted literally (no backslash-escape processing).
-        text = re.sub(r"\{\{\s*" + re.escape(name) + r"\s*\}\}", _literal(value), text)
-    return text
 
 
 class SsmAgent:
@@ -163,13 +127,13 @@ class SsmAgent:
             status, stdout, stderr = self._execute(region, command, run, document.content_json, declared)
         except Exception as exc:  # a document the agent cannot run fails the invocation, as on AWS
             status, stdout, stderr = "Failed", "", f"{type(exc).__name__}: {exc}\n"
-        self._upload_output(command, run, stdout, stderr)
+        ssm_script.upload_output(self.environment["AWS_ENDPOINT_URL"], command, run, stdout, stderr)
         self._report(region, command, run, status, started, stdout, stderr)
 
     def _execute(
         self, region: str, command: Any, run: CommandRun, content: dict[str, Any], declared: dict[str, Any]
     ) -> tuple[str, str, str]:
-        params = _params(declared, command.parameters or {})
+        params = ssm_script.params_of(declared, command.parameters or {})
         pasted = {k: v for k, v in params.items() if declared[k].get("interpolationType") != "ENV_VAR"}
         steps = [s for s in content.get("mainSteps") or [] if s.get("action") == "aws:runShellScript"]
         if not steps:
@@ -178,7 +142,7 @@ class SsmAgent:
         run.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SSM_", "MOTO_"))}
         env.update(self.environment)
-        env.update(self._instance_role(region, run.instance_id))
+        env.update(ssm_script.instance_role(self.environment["AWS_ENDPOINT_URL"], region, run.instance_id))
         env.update({f"SSM_{name}": value for name, value in params.items()})
         env.update(
             {
@@ -206,10 +170,10 @@ class SsmAgent:
             for index, step in enumerate(steps):
                 inputs = step.get("inputs") or {}
                 lines = inputs.get("runCommand") or []
-                script = _substitute("\n".join([lines] if isinstance(lines, str) else lines), pasted)
-                timeout = float(_substitute(str(inputs.get("timeoutSeconds", 3600)), params))
+                script = ssm_script.substitute("\n".join([lines] if isinstance(lines, str) else lines), pasted)
+                timeout = float(ssm_script.substitute(str(inputs.get("timeoutSeconds", 3600)), params))
                 step_dir = root / "orchestration" / run.command_id / str(step.get("name") or f"step{index}")
-                cwd = root / str(_substitute(inputs.get("workingDirectory") or "", params)).lstrip("/")
+                cwd = root / str(ssm_script.substitute(inputs.get("workingDirectory") or "", params)).lstrip("/")
                 for folder in (step_dir, cwd):
                     folder.mkdir(parents=True, exist_ok=True)
                 (step_dir / "_script.sh").write_text(script + "\n", encoding="utf-8")
@@ -333,22 +297,3 @@ class SsmAgent:
             self.events.put("aws.ssm", "EC2 Command Invocation Status-change Notification", detail, resources)
         except Exception:  # EventBridge delivery is best effort; the invocation's status stands
             logging.getLogger(__name__).exception("delivering the SSM status event failed")
-
-    def _instance_role(self, region: str, instance_id: str) -> dict[str, str]:
-        """A session of the instance's role for the command (instance_roles.py); none: the emulator's keys."""
-        endpoint = self.environment["AWS_ENDPOINT_URL"]
-        ec2, iam, sts = (boto3.client(n, endpoint_url=endpoint, region_name=region) for n in ("ec2", "iam", "sts"))
-        role = instance_roles.instance_role_arn(ec2, iam, instance_id)
-        return instance_roles.role_environment(sts, role, instance_id) if role else {}
-
-    def _upload_output(self, command: Any, run: CommandRun, stdout: str, stderr: str) -> None:
-        bucket = command.output_s3_bucket_name
-        if not bucket:
-            return
-        prefix = "/".join(p for p in (command.output_s3_key_prefix.strip("/"), run.command_id, run.instance_id) if p)
-        s3 = boto3.client("s3", endpoint_url=self.environment["AWS_ENDPOINT_URL"])
-        for name, text in (("stdout", stdout), ("stderr", stderr)):
-            if text:
-                s3.put_object(
-                    Bucket=bucket, Key=f"{prefix}/awsrunShellScript/0.awsrunShellScript/{name}", Body=text.encode()
-                )

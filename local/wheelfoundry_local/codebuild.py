@@ -16,12 +16,7 @@ status) reach the stack's rules.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,13 +25,11 @@ from typing import Any
 
 import yaml
 
-from . import codebuild_api, instance_roles
+from . import codebuild_api
+from . import codebuild_execution as execution
 from ._moto import ACCOUNT_ID, Patches
-from .agent import INSTANCE_NICE
 from .codebuild_api import FINAL, Build
 from .events import EventDelivery
-
-PHASES = ("install", "pre_build", "build", "post_build")
 
 
 class LocalCodeBuild:
@@ -79,7 +72,7 @@ class LocalCodeBuild:
         self._closing = True
         for build in self.builds():
             build.stop_requested = True
-            self._kill(build)
+            execution.kill(build)
         self.wait_idle(15)
         with self._lock:
             self._threads.clear()
@@ -129,7 +122,7 @@ class LocalCodeBuild:
             self._builds[build_id] = build
             if token:
                 self._idempotency[token] = build_id
-            build.phases.append(self._phase("SUBMITTED", "SUCCEEDED"))
+            build.phases.append(execution.phase("SUBMITTED", "SUCCEEDED"))
             thread = threading.Thread(target=self._run, args=(build,), daemon=True, name=f"wf-codebuild-{number}")
             self._threads.append(thread)
         thread.start()
@@ -151,7 +144,7 @@ class LocalCodeBuild:
             return None
         if build.status == "IN_PROGRESS":
             build.stop_requested = True
-            self._kill(build)
+            execution.kill(build)
         return self._describe_one(build)
 
     def list_ids(self, project_name: str) -> list[str]:
@@ -184,165 +177,29 @@ class LocalCodeBuild:
             logging.getLogger(__name__).debug("no CloudWatch Logs copy of %s", build.id, exc_info=True)
 
     # -- running a build ----------------------------------------------------------------------------
-    @staticmethod
-    def _phase(kind: str, status: str | None = None) -> dict[str, Any]:
-        now = time.time()
-        phase: dict[str, Any] = {"phaseType": kind, "startTime": now}
-        if status is not None:
-            phase |= {"phaseStatus": status, "endTime": now, "durationInSeconds": 0}
-        return phase
-
-    def _enter(self, build: Build, kind: str) -> dict[str, Any]:
-        phase = self._phase(kind)
-        build.phases.append(phase)
-        build.current_phase = kind
-        return phase
-
-    @staticmethod
-    def _leave(phase: dict[str, Any], status: str, message: str = "") -> None:
-        now = time.time()
-        phase |= {"phaseStatus": status, "endTime": now, "durationInSeconds": int(now - phase["startTime"])}
-        if message:
-            phase["contexts"] = [{"statusCode": status, "message": message}]
-
     def _run(self, build: Build) -> None:
         self._event(build)
         build.root.mkdir(parents=True, exist_ok=True)
         with build.log_path.open("a", encoding="utf-8") as log:
             for kind in ("QUEUED", "PROVISIONING", "DOWNLOAD_SOURCE"):
-                self._leave(self._enter(build, kind), "SUCCEEDED")
+                execution.leave(execution.enter(build, kind), "SUCCEEDED")
             try:
                 spec = yaml.safe_load(build.buildspec) or {}
-                env = self._env(build, spec)
-                status = self._phases(build, spec, env, log)
+                env = execution.build_env(build, spec, self.environment, self.state_dir)
+                status = execution.run_phases(build, spec, env, log, self.seconds_per_minute)
             except Exception as exc:  # a buildspec that cannot run: CLIENT_ERROR in DOWNLOAD_SOURCE on AWS
                 log.write(f"[Container] buildspec error: {type(exc).__name__}: {exc}\n")
                 status = "FAILED"
             for kind in ("UPLOAD_ARTIFACTS", "FINALIZING"):
-                self._leave(self._enter(build, kind), "SUCCEEDED")
+                execution.leave(execution.enter(build, kind), "SUCCEEDED")
             log.write(f"[Container] Phase complete: build {status}\n")
         if not self._closing:
             self._ship_logs(build)
         build.current_phase = "COMPLETED"
-        build.phases.append(self._phase("COMPLETED"))
+        build.phases.append(execution.phase("COMPLETED"))
         build.ended = time.time()
         build.status = status
         self._event(build)
-
-    def _env(self, build: Build, spec: dict[str, Any]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SSM_", "MOTO_", "WF_", "CODEBUILD_"))}
-        env |= {k: str(v) for k, v in ((spec.get("env") or {}).get("variables") or {}).items()}
-        env |= self.environment
-        host = {
-            "WF_CONTAINER": "none",  # no Docker here: the stages run on this host, as with the local agent
-            "WF_TOOLS_PYTHON": sys.executable,  # boto3 and the repair tools, instead of a pip install
-            "WF_CACHE_DIR": os.environ.get("WF_CACHE_DIR") or str(self.state_dir / "cache"),
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1",
-            "TMPDIR": str(build.root / "tmp"),
-        }
-        env |= host
-        env |= {v["name"]: v["value"] for v in build.variables}  # the project's, then StartBuild's, win
-        # Over the project's docker: stages and images on this host, unless the Docker test bed is up
-        # (WF_LOCAL_CONTAINER=docker, tests/container/): then in its images, pushing manifests only.
-        env["WF_CONTAINER"] = os.environ.get("WF_LOCAL_CONTAINER") or "none"
-        if env["WF_CONTAINER"] == "docker":
-            env["WF_ECR_PUSH"] = "manifest"  # moto's ECR has no layer upload
-            for name in ("WF_BUILDER_IMAGE", "WF_RUNTIME_BASE_IMAGE"):
-                if os.environ.get(name):
-                    env[name] = os.environ[name]
-        env |= {
-            "CODEBUILD_BUILD_ID": build.id,
-            "CODEBUILD_BUILD_ARN": build.arn,
-            "CODEBUILD_BUILD_NUMBER": str(build.number),
-            "CODEBUILD_INITIATOR": "wheelfoundry_local",
-            "CODEBUILD_SRC_DIR": str(build.root / "src"),
-            "CODEBUILD_BUILD_SUCCEEDING": "1",
-        }
-        env |= self._role_session(build)
-        for folder in ("src", "tmp"):
-            (build.root / folder).mkdir(parents=True, exist_ok=True)
-        return env
-
-    def _role_session(self, build: Build) -> dict[str, str]:
-        """The build runs as its service role (instance_roles.py), never with the emulator's own keys."""
-        import boto3
-
-        endpoint = self.environment["AWS_ENDPOINT_URL"]
-        iam, sts = (boto3.client(n, endpoint_url=endpoint, region_name=build.region) for n in ("iam", "sts"))
-        if not build.service_role:
-            raise LookupError("the project has no service role")
-        session = "AWSCodeBuild-" + build.id.split(":", 1)[1]  # as CodeBuild names its role sessions
-        return instance_roles.service_role_environment(iam, sts, build.service_role, session)
-
-    def _phases(self, build: Build, spec: dict[str, Any], env: dict[str, str], log: Any) -> str:
-        deadline = build.started + build.timeout_minutes * self.seconds_per_minute
-        phases = spec.get("phases") or {}
-        status, skip = "SUCCEEDED", False
-        for name in PHASES:
-            body = phases.get(name) or {}
-            phase = self._enter(build, name.upper())
-            if skip or not body:
-                self._leave(phase, "SUCCEEDED")
-                continue
-            outcome = "SUCCEEDED"
-            for command in [*(body.get("commands") or []), *(body.get("finally") or [])]:
-                outcome = self._command(build, str(command), env, log, deadline)
-                if outcome != "SUCCEEDED":
-                    break
-            self._leave(phase, outcome, "" if outcome == "SUCCEEDED" else f"Error while executing command in {name}")
-            if outcome in ("TIMED_OUT", "STOPPED"):
-                return outcome
-            if outcome != "SUCCEEDED":
-                status = "FAILED"
-                env["CODEBUILD_BUILD_SUCCEEDING"] = "0"
-                # install / pre_build abort the build; a failed build phase still runs post_build.
-                skip = name in ("install", "pre_build") and body.get("on-failure", "ABORT") != "CONTINUE"
-        return status
-
-    def _command(self, build: Build, command: str, env: dict[str, str], log: Any, deadline: float) -> str:
-        if build.stop_requested:
-            return "STOPPED"
-        first = command.strip().splitlines()[0] if command.strip() else ""
-        log.write(f"[Container] {time.strftime('%Y/%m/%d %H:%M:%S')} Running command {first}\n")
-        log.flush()
-        script = build.root / f"command-{len(build.phases)}-{uuid.uuid4().hex[:8]}.sh"
-        script.write_text(command + "\n", encoding="utf-8")
-        process = subprocess.Popen(
-            [*INSTANCE_NICE, "bash", str(script)],  # below the embedded AWS, as agent.py's commands
-            cwd=env["CODEBUILD_SRC_DIR"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        build.pid = process.pid
-        verdict = None
-        while process.poll() is None:
-            if build.stop_requested:
-                verdict = "STOPPED"
-            elif time.time() > deadline:
-                verdict = "TIMED_OUT"
-            if verdict is not None:
-                self._kill(build)
-                break
-            time.sleep(0.05)
-        process.wait()
-        build.pid = None
-        if verdict is None and build.stop_requested:  # StopBuild killed it between two polls
-            verdict = "STOPPED"
-        if verdict is None:
-            verdict = "SUCCEEDED" if process.returncode == 0 else "FAILED"
-        if verdict != "SUCCEEDED":
-            log.write(f"[Container] Command did not exit successfully ({process.returncode}): {verdict}\n")
-        log.flush()
-        return verdict
-
-    @staticmethod
-    def _kill(build: Build) -> None:
-        if build.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(build.pid, signal.SIGKILL)
 
     def _event(self, build: Build) -> None:
         if self._closing:
