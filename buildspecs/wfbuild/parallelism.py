@@ -106,8 +106,8 @@ def nvcc_threads_env(
     repository's 13.0 lock), ``-objtemp``: nvcc then names its intermediate files after the object, not
     ``tmpxft_<pid>``, whose name reaches the object's symbols (``_GLOBAL__sub_I_tmpxft_..._cudafe1.cpp``), so
     two builds differ by nvcc's process ids whatever the thread count. Other NVCC_APPEND_FLAGS (the
-    reproducibility prefix maps, a package's own) are kept in order; a package's own ``--threads`` wins.
-    A package's own ``--threads`` also turns off wfbuild.parallel_compile's per-step threads
+    reproducibility prefix maps, a pin's own) are kept in order; a ``--threads`` already there wins.
+    Such a ``--threads`` also turns off wfbuild.parallel_compile's per-step threads
     (``WF_NVCC_THREADS_ALONE`` 1). ``objtemp`` False: sccache wraps nvcc (0.16 replays nvcc's --dryrun
     steps and loses the object with -objtemp: checked here), so the pid names stay (wfbuild.reproducible
     does not promise those bytes). ``last_word`` (an extension's CUDA cell): ``--threads`` goes on even at
