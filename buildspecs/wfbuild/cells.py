@@ -8,7 +8,7 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from wfbuild import container, hostinfo, parallelism
+from wfbuild import compiler_cache, container, hostinfo, parallelism
 from wfbuild.stages import Stage
 
 if TYPE_CHECKING:
@@ -24,6 +24,14 @@ def limits(job: Job) -> container.Limits:
     """Each stage container's cap: this host's cores, its memory less the runner's reserve."""
     memory = max(1.0, spare_gib(job))
     return container.Limits(memory_mib=int(memory * 1024), cpus=hostinfo.cores())
+
+
+def compiler_pool(job: Job) -> str:
+    """Which compiler cache server runs the cells' compilers (wfbuild.parallelism.cell_slots' ``pool``): host
+    mode's one for the job, if it started; a container's own per stage, if the stack's cache is wanted."""
+    if job.mode == "none":
+        return "job" if job.cache is not None and job.cache.running else ""
+    return "stage" if compiler_cache.wanted(job.job.get("env", {}), job.bucket) else ""
 
 
 def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
@@ -47,6 +55,7 @@ def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
         int(job.environ.get("WF_CELL_SLOTS") or 0) or None,
         int(threads) if threads else None,
         units,
+        compiler_pool(job),
     )
 
 
@@ -68,15 +77,21 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
     # setuptools without ninja: wfbuild.parallel_compile sees each compile step's .cu files
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
-    job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}")
+    pooled = ""
+    if slots.unpooled and slots.unpooled != slots.threads:
+        pooled = f" (the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores)"
+    job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}")
     job.parallelism = {
         "cells_at_once": slots.cells,
         "max_jobs": slots.jobs,
         "nvcc_threads": slots.threads,
         "nvcc_threads_alone": slots.alone,
+        "nvcc_threads_pooled": bool(pooled),
     }
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
     extra |= {"WF_NVCC_THREADS": str(slots.threads), "WF_NVCC_THREADS_ALONE": str(slots.alone)}
+    if pooled:  # a server that does not start (a container's own) compiles with the count for no pool
+        extra["WF_NVCC_THREADS_UNPOOLED"] = str(slots.unpooled)
 
     def chain(name: str) -> None:
         for pair in groups[name]:

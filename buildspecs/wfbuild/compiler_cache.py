@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import subprocess
@@ -141,7 +142,7 @@ class CompilerCache:
         if not self.running:
             for name in LAUNCHERS:
                 out.pop(name, None)
-            return out
+            return out | unpooled_threads(out)
         out |= self.env | {"WF_SCCACHE": "on"}
         if not wrap:
             return out | {name: self.binary for name in LAUNCHERS if name in out}
@@ -248,6 +249,18 @@ def run_stage(argv: list[str], stats_file: Path, wrap: bool, environ: Mapping[st
         stats_file.write_text(json.dumps(stats), encoding="utf-8")
         print(describe(stats), flush=True)
     return code
+
+
+def unpooled_threads(env: Mapping[str, str]) -> dict[str, str]:
+    """NVCC_APPEND_FLAGS for a stage whose server did not start: the runner gave each nvcc the cell's cores
+    as threads for the server's pool to hold within the cores (wfbuild.parallelism.cell_slots); without it
+    the last ``--threads`` (the runner's) takes the count for no pool, WF_NVCC_THREADS_UNPOOLED."""
+    fewer, flags = env.get("WF_NVCC_THREADS_UNPOOLED", ""), shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
+    last = max((i for i, flag in enumerate(flags[:-1]) if flag == "--threads"), default=None)
+    if not fewer.isdigit() or last is None or flags[last + 1] != env.get("WF_NVCC_THREADS"):
+        return {}
+    flags[last + 1] = fewer
+    return {"NVCC_APPEND_FLAGS": shlex.join(flags), "WF_NVCC_THREADS": fewer}
 
 
 def stage_argv(stats: str, argv: list[str], wrap: bool) -> list[str]:

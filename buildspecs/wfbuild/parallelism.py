@@ -33,6 +33,7 @@ class CellSlots:
     jobs: int  # MAX_JOBS of each
     threads: int  # nvcc --threads of each (1: no flag)
     alone: int = 1  # nvcc --threads of a .cu file that compiles alone in its cell (wfbuild.parallel_compile)
+    unpooled: int = 0  # pooled threads: the count should the compiler cache's server not run (0: threads)
 
 
 def arch_count(arch_list: str | None) -> int:
@@ -51,6 +52,7 @@ def cell_slots(
     slots_override: int | None = None,
     threads_override: int | None = None,
     cuda_units: int | None = None,
+    pool: str = "",
 ) -> CellSlots:
     """Cells at once, MAX_JOBS and nvcc threads; ``archs`` 1 (or a CPU job) means no threads.
 
@@ -61,7 +63,16 @@ def cell_slots(
     ``alone``: the threads of one ``.cu`` file compiling with no other nvcc beside it in the cell, which
     wfbuild.parallel_compile gives a ninja-less compile step's CUDA units (one extension per ``.cu`` file:
     one nvcc at a time however many files the tree holds), shared by those that run at once, or by all
-    MAX_JOBS compilers while extensions that share no object file build side by side."""
+    MAX_JOBS compilers while extensions that share no object file build side by side.
+
+    ``pool``: which compiler cache server runs the cells' compilers, "job" (host mode: one for every cell)
+    or "stage" (a container's own: one per cell), "" none. sccache 0.16 spawns each compiler process, nvcc's
+    per-architecture steps included, only with a token of its server's pool, as many as the cores
+    (mozilla/sccache@v0.16.0:src/mock_command.rs, ``AsyncCommand::spawn``), so every nvcc may ask for
+    threads up to the cell's cores: while several compile, the pool holds them to the cores; once one is
+    left (the tail of every ninja build, causal-conv1d's ``bwd.cu`` compiling for an hour beside nothing),
+    its architectures take the cores the others freed. That holds for one server of all the cells, or for
+    one cell at a time; memory holds when the cores' worth of compile jobs fits."""
     by_memory = max(1, int(spare_gib // gib_per_job))
     units = max(1, min(cores, by_memory, max_jobs))
     slots = max(1, min(cells, units, slots_override or cells))
@@ -77,7 +88,11 @@ def cell_slots(
                 threads -= 1
             return max(1, threads)
 
-        return CellSlots(slots, jobs, fitting(max(1, min(jobs, cuda_units))), fitting(1))
+        shared = fitting(max(1, min(jobs, cuda_units)))
+        if (pool == "job" or (pool == "stage" and slots == 1)) and by_memory >= cores and not threads_override:
+            pooled = min(archs, per_cell, MAX_NVCC_THREADS)
+            return CellSlots(slots, jobs, pooled, pooled, shared)
+        return CellSlots(slots, jobs, shared, fitting(1))
     threads = threads_override or min(archs, per_cell, MAX_NVCC_THREADS)
     while True:
         jobs = max(1, min(units // slots, per_cell // threads))

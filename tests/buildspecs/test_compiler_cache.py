@@ -239,3 +239,20 @@ def test_stats_of_several_servers_add_up_and_a_tampered_file_is_only_a_note(tmp_
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(secret)
     assert cache_stats.read_stats(tmp_path, link, notes.append) is None and "refused" in notes[-1]
+
+
+def test_a_stage_whose_server_did_not_start_compiles_with_the_threads_for_no_pool(sccache: str, tmp_path: Path) -> None:
+    """The runner gave each nvcc the cell's cores as threads for the server's pool to hold within the cores
+    (wfbuild.parallelism.cell_slots); a server that does not start (a container's own) holds nothing, so the
+    runner's ``--threads`` (the last: nvcc keeps it) drops to WF_NVCC_THREADS_UNPOOLED. A job's own
+    ``--threads`` earlier in the flags stays where it is."""
+    cache = compiler_cache.CompilerCache(sccache, tmp_path, lambda _line: None)
+    env = _env("http://127.0.0.1:9", "sccache/ext-test-cuda/")  # nothing listens on port 9
+    flags = "-ffile-prefix-map=/work=. --threads 2"
+    env |= {"NVCC_APPEND_FLAGS": flags, "WF_NVCC_THREADS": "2", "WF_NVCC_THREADS_UNPOOLED": "1"}
+    assert not cache.start(env)
+    stage = cache.stage_env(env, wrap=True)
+    assert stage["NVCC_APPEND_FLAGS"] == "-ffile-prefix-map=/work=. --threads 1" and stage["WF_NVCC_THREADS"] == "1"
+    own = env | {"NVCC_APPEND_FLAGS": "--threads 3 -objtemp"}  # the job's own count: not the runner's
+    assert cache.stage_env(own, wrap=True)["NVCC_APPEND_FLAGS"] == "--threads 3 -objtemp"
+    assert compiler_cache.unpooled_threads({**env, "WF_NVCC_THREADS_UNPOOLED": ""}) == {}

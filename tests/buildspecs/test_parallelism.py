@@ -68,3 +68,29 @@ def test_alone_is_what_one_cu_file_gets_with_no_other_nvcc_beside_it(
 def test_a_pinned_thread_count_pins_alone_too() -> None:
     assert cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, threads_override=1, cuda_units=3).alone == 1
     assert cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, threads_override=1).alone == 1
+
+
+@pytest.mark.parametrize(
+    "cores,spare,cells,archs,units,pool,expected",
+    [
+        # causal-conv1d's three .cu files on 2 cores: each nvcc asks for both cores; the pool holds the
+        # compilers at once to 2 and the last file left takes both (without the pool: 1 thread each)
+        (2, 200.0, 1, 9, 3, "job", (2, 2, 1)),
+        (2, 200.0, 1, 9, 3, "stage", (2, 2, 1)),  # one cell at a time: its own server's pool is the cores'
+        (16, 200.0, 4, 7, 16, "job", (4, 4, 1)),  # one server for all the cells: up to the cell's cores
+        (16, 200.0, 4, 7, 16, "stage", (4, 1, 1)),  # a server per cell: 4 pools of 16 would oversubscribe
+        (2, 200.0, 1, 9, 3, "", (2, 1, 1)),  # no compiler cache: no pool
+        (16, 40.0, 1, 7, 16, "job", (10, 1, 1)),  # 16 compile jobs do not fit the memory: no pool either
+    ],
+)
+def test_the_compiler_caches_pool_lets_every_nvcc_ask_for_the_cells_cores(
+    cores: int, spare: float, cells: int, archs: int, units: int, pool: str, expected: tuple[int, int, int]
+) -> None:
+    slots = cell_slots(cores, spare, 4.0, 1.0, cells, 64, archs, cuda_units=units, pool=pool)
+    assert (slots.jobs, slots.threads, slots.unpooled or slots.threads) == expected
+    assert slots.alone >= slots.threads
+
+
+def test_a_pinned_thread_count_is_kept_under_the_pool() -> None:
+    slots = cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 9, threads_override=1, cuda_units=3, pool="job")
+    assert (slots.threads, slots.alone, slots.unpooled) == (1, 1, 0)
