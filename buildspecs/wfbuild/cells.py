@@ -91,7 +91,7 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
     extra |= {"WF_NVCC_THREADS": str(slots.threads), "WF_NVCC_THREADS_ALONE": str(slots.alone)}
     if pooled:  # a server that does not start (a container's own) compiles with the count for no pool
-        extra["WF_NVCC_THREADS_UNPOOLED"] = str(slots.unpooled)
+        extra |= {"WF_NVCC_THREADS_UNPOOLED": str(slots.unpooled), "WF_NVCC_THREADS_POOLED": "1"}
 
     def chain(name: str) -> None:
         for pair in groups[name]:

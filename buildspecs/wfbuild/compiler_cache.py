@@ -256,11 +256,14 @@ def unpooled_threads(env: Mapping[str, str]) -> dict[str, str]:
     as threads for the server's pool to hold within the cores (wfbuild.parallelism.cell_slots); without it
     the last ``--threads`` (the runner's) takes the count for no pool, WF_NVCC_THREADS_UNPOOLED."""
     fewer, flags = env.get("WF_NVCC_THREADS_UNPOOLED", ""), shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
-    last = max((i for i, flag in enumerate(flags[:-1]) if flag == "--threads"), default=None)
-    if not fewer.isdigit() or last is None or flags[last + 1] != env.get("WF_NVCC_THREADS"):
+    if not fewer.isdigit():
         return {}
-    flags[last + 1] = fewer
-    return {"NVCC_APPEND_FLAGS": shlex.join(flags), "WF_NVCC_THREADS": fewer}
+    out = {"WF_NVCC_THREADS_POOLED": "0", "WF_NVCC_THREADS": fewer}  # wfbuild.parallel_compile's steps too
+    last = max((i for i, flag in enumerate(flags[:-1]) if flag == "--threads"), default=None)
+    if last is not None and flags[last + 1] == env.get("WF_NVCC_THREADS"):
+        flags[last + 1] = fewer
+        out["NVCC_APPEND_FLAGS"] = shlex.join(flags)
+    return out
 
 
 def stage_argv(stats: str, argv: list[str], wrap: bool) -> list[str]:

@@ -71,13 +71,17 @@ def jobs() -> int:
 
 def unit_threads(sources: list[str], limit: int) -> int:
     """nvcc threads for each CUDA unit of a compile step of ``sources``, ``limit`` units at a time: the
-    threads of one alone, shared by the CUDA units that run at once; 0 leaves NVCC_APPEND_FLAGS as set."""
+    threads of one alone, shared by the CUDA units that run at once (not shared where the runner says
+    the compiler cache's server runs the compilers: WF_NVCC_THREADS_POOLED, wfbuild.parallelism); 0 leaves
+    NVCC_APPEND_FLAGS as set."""
     try:
         alone = int(os.environ.get("WF_NVCC_THREADS_ALONE") or 0)
     except ValueError:
         return 0
     cuda = sum(1 for source in sources if source.endswith(CUDA_FILES))
     at_once = jobs() if _SLOTS is not None else min(limit, cuda)  # chains: other extensions' compilers too
+    if os.environ.get("WF_NVCC_THREADS_POOLED") == "1":  # the compiler cache's pool holds them to the cores
+        at_once = 1
     return max(1, alone // at_once) if alone > 1 and cuda else 0
 
 

@@ -8,7 +8,9 @@ runner has counted the source's ``.cu`` files, MAX_JOBS keeps the cell's cores a
 the CUDA units leave (``cell_slots``; a build without ninja shares them per compile step instead:
 wfbuild.parallel_compile), else (the planner's model) to nvcc threads (up to the architecture
 count), then to MAX_JOBS: cells x MAX_JOBS x threads stays within the cores. Threads give way while the
-memory (a job's, plus a thread's for each further thread) does not fit. The planner
+memory (a job's, plus a thread's for each further thread) does not fit. Where the compiler cache's server
+runs the compilers, its pool of one token per core already holds them to the cores, so every nvcc may ask
+for the cell's cores (``cell_slots``' ``pool``): the last ``.cu`` file left compiling takes them. The planner
 (wheelfoundry.walltime.compile_slots) models the second way: it has no source to count.
 
 The thread count changes how long a compile takes, never what it writes: each architecture's cubin is

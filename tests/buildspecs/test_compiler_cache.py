@@ -253,6 +253,7 @@ def test_a_stage_whose_server_did_not_start_compiles_with_the_threads_for_no_poo
     assert not cache.start(env)
     stage = cache.stage_env(env, wrap=True)
     assert stage["NVCC_APPEND_FLAGS"] == "-ffile-prefix-map=/work=. --threads 1" and stage["WF_NVCC_THREADS"] == "1"
+    assert stage["WF_NVCC_THREADS_POOLED"] == "0"  # wfbuild.parallel_compile shares the threads again
     own = env | {"NVCC_APPEND_FLAGS": "--threads 3 -objtemp"}  # the job's own count: not the runner's
     assert cache.stage_env(own, wrap=True)["NVCC_APPEND_FLAGS"] == "--threads 3 -objtemp"
     assert compiler_cache.unpooled_threads({**env, "WF_NVCC_THREADS_UNPOOLED": ""}) == {}

@@ -132,13 +132,19 @@ class NvccSampler(threading.Thread):
         return None
 
 
-def _put_job(aws: Aws, tmp: Path, source: Path | None = None, name: str = "wf-example-ops") -> str:
+def _put_job(
+    aws: Aws, tmp: Path, source: Path | None = None, name: str = "wf-example-ops", cached: bool = False
+) -> str:
+    """The job's contract in ``aws``; ``cached``: its compiler cache on that stack's bucket (as a deployed
+    stack's jobs have it), else on the planner's placeholder bucket, which the runner leaves alone."""
     key = f"sources/{name}.tar.gz"
     tree = source or example_source(tmp / "src")
     aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(tree, f"{name}-0.1.0"))
     request = {**REQUEST, "name": name, "source": {"s3": f"s3://{aws.bucket}/{key}"}}
     (job,) = plan_request(parse_request(request), load_catalog(), load_config()).jobs
     contract = job.to_dict()
+    if cached:
+        contract["env"] |= {"SCCACHE_BUCKET": aws.bucket, "SCCACHE_REGION": aws.region}
     prefix = f"runs/run-1/jobs/{job.id}/"
     contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
                        "region": aws.region}  # fmt: skip
@@ -147,17 +153,24 @@ def _put_job(aws: Aws, tmp: Path, source: Path | None = None, name: str = "wf-ex
 
 
 def _build(
-    aws: Aws, job_key: str, work: Path, cache: Path, threads: int | None, cpus: set[int] | None = None
-) -> tuple[dict[str, Any], NvccSampler]:
+    aws: Aws,
+    job_key: str,
+    work: Path,
+    cache: Path,
+    threads: int | None,
+    cpus: set[int] | None = None,
+    sampler: Any = None,
+) -> tuple[dict[str, Any], Any]:
     """One build; ``threads`` None: the runner's own choice (wfbuild.parallelism.cell_slots); ``cpus``: the
-    runner's CPU affinity (the cores it sees), else this host's."""
+    runner's CPU affinity (the cores it sees), else this host's; ``sampler``: an NvccSampler's stand-in
+    (a thread with ``root`` and ``stop``)."""
     execution, token = aws.task_token()
     path = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvcc").exists()]
     pinned = {"WF_NVCC_THREADS": str(threads)} if threads else {}
     env = runner_env(aws, job_key, token, work, cache, PATH=os.pathsep.join(path), **pinned)
     for name in ("CUDA_HOME", "CUDA_PATH", "CUDACXX"):
         env.pop(name, None)
-    sampler = NvccSampler()
+    sampler = sampler or NvccSampler()
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     argv = [sys.executable, "-m", "wfbuild.runner"]
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin) as proc:

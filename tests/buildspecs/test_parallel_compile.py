@@ -191,6 +191,20 @@ def test_a_steps_cuda_units_share_the_threads_of_one_alone(
     assert os.environ["NVCC_APPEND_FLAGS"] == RUNNER  # put back in the build's own process
 
 
+def test_under_the_compiler_caches_pool_every_cuda_unit_gets_the_threads_of_one_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runner says the cache server runs the compilers (its pool holds them to the cores): two nvcc at
+    once each ask for all 4; the pool, not the split, keeps them within the cores (test_nvcc_pool.py)."""
+    cls = _patched(monkeypatch, 3)
+    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "4")
+    monkeypatch.setenv("WF_NVCC_THREADS_POOLED", "1")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", RUNNER)
+    assert _flags_seen(cls().compile(["a.cu", "b.cu", "c.cpp"], tmp_path)) == [f"{RUNNER} --threads 4"] * 2 + [RUNNER]
+    monkeypatch.setenv("WF_NVCC_THREADS_POOLED", "0")  # its server did not start (wfbuild.compiler_cache)
+    assert _flags_seen(cls().compile(["a.cu", "b.cu", "c.cpp"], tmp_path)) == [f"{RUNNER} --threads 2"] * 2 + [RUNNER]
+
+
 def test_the_runners_threads_stay_where_it_exports_no_threads_for_one_alone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,0 +1,129 @@
+"""A ninja build of several .cu files under the job's compiler cache: every nvcc asks for the cell's cores
+as threads, the cache server's pool keeps the compilers at once within the cores, and the file left last
+compiles its architectures side by side; the wheel is the one-thread build's, byte for byte.
+
+sccache 0.16 spawns every compiler process (nvcc's cicc and ptxas per architecture, cudafe++, the host
+compiler) with a token of its server's pool, one per core (mozilla/sccache@v0.16.0:src/mock_command.rs,
+``AsyncCommand::spawn``). Before this, the runner gave a cell of 3 .cu files on 2 cores one thread each
+(processes x threads = cores without a pool), so causal-conv1d's hour-long ``causal_conv1d_bwd.cu``
+compiled its 9 architectures one after another on one core while the other sat idle.
+
+The source is tests/fixtures/pyg_cuda_ext built with ninja, its ``shift`` extension given a third .cu file
+whose device code takes a while (the build's tail). The runner runs in host mode on 2 of this host's cores
+against moto (tests/buildspecs/test_runner.py's harness), with the job's compiler cache on the stack's
+bucket, twice in one work folder: WF_NVCC_THREADS=1, then the runner's own choice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.buildspecs.test_nvcc_threads import _build, _put_job
+from tests.buildspecs.test_runner import Aws, moto_endpoint  # noqa: F401
+
+pytestmark = pytest.mark.heavy  # two real CUDA builds: `make test-heavy` (.ci/heavy), not `make test`
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "pyg_cuda_ext"
+COMPILERS = ("cicc", "ptxas", "cc1plus", "cudafe++")  # what the pool's tokens are spent on
+HEAVY = """// Device code that takes a while for each architecture: the file left compiling at the build's end.
+#include <utility>
+
+template <int N>
+__global__ void wf_poly(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = x[i];
+#pragma unroll
+    for (int k = 0; k < 4 * N; ++k) v = v * 1.0001f + static_cast<float>(k % 7) * v;
+    x[i] = v;
+  }
+}
+
+template <int... Ns>
+static void wf_launch_all(float* x, int n, std::integer_sequence<int, Ns...>) {
+  (wf_poly<Ns + 1><<<1, 32>>>(x, n), ...);
+}
+
+void wf_heavy(float* x, int n) { wf_launch_all(x, n, std::make_integer_sequence<int, 600>{}); }
+"""
+
+
+class PoolSampler(threading.Thread):
+    """Every 20 ms: this job's compiler processes (its cache server's children carry the job's SCCACHE_DIR)
+    at once, and the most cicc of one .cu file at once (nvcc passes the file as --orig_src_file_name)."""
+
+    def __init__(self, work: Path) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.root = ""  # set by _build; the server is not the runner's child (sccache daemonizes it)
+        self.mark = f"SCCACHE_DIR={work}".encode()  # the server's folder is under the job's
+        self.most_at_once = 0
+        self.cicc_per_file: dict[str, int] = {}
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            running, per_file = 0, dict[str, int]()
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                    if comm not in COMPILERS or self.mark not in Path(f"/proc/{pid}/environ").read_bytes():
+                        continue
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue  # gone, or not ours to read
+                running += 1
+                if comm == "cicc" and b"--orig_src_file_name" in argv[:-1]:
+                    name = Path(argv[argv.index(b"--orig_src_file_name") + 1].decode()).name
+                    per_file[name] = per_file.get(name, 0) + 1
+            self.most_at_once = max(self.most_at_once, running)
+            for name, count in per_file.items():
+                self.cicc_per_file[name] = max(self.cicc_per_file.get(name, 0), count)
+
+
+def _ninja_source(root: Path) -> Path:
+    source = root / "src"
+    shutil.copytree(FIXTURE, source)
+    (source / "csrc" / "heavy_cuda.cu").write_text(HEAVY)
+    setup = source / "setup.py"
+    text = setup.read_text()
+    sources = 'sources = [f"csrc/{name}.cpp"] + ([f"csrc/{name}_cuda.cu"] if cuda else [])'
+    assert sources in text and "use_ninja=False" in text
+    heavy = 'sources += ["csrc/heavy_cuda.cu"] if cuda and name == "shift" else []'
+    setup.write_text(text.replace(sources, f"{sources}\n    {heavy}").replace("use_ninja=False", "use_ninja=True"))
+    return source
+
+
+@pytest.mark.timeout(3000)
+def test_a_ninja_cells_cuda_files_share_the_compiler_caches_pool_and_give_the_one_thread_wheel(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "this test needs 2 cores"
+    two_cores, work = set(cores[:2]), tmp_path / "work"
+    source = _ninja_source(tmp_path)
+    first_aws, second_aws = Aws(moto_endpoint, "us-east-2"), Aws(moto_endpoint, "ca-central-1")
+    job = _put_job(first_aws, tmp_path, source, "wf-pyg-cuda", cached=True)
+    serial, one = _build(first_aws, job, work, cache_dir, 1, two_cores, PoolSampler(work))
+    job = _put_job(second_aws, tmp_path, source, "wf-pyg-cuda", cached=True)
+    pooled, two = _build(second_aws, job, work, cache_dir, None, two_cores, PoolSampler(work))
+    log = second_aws.text(pooled["log_key"])
+    assert "compiler cache: sccache" in log and "3 .cu file(s) in the source" in log, log[-3000:]
+    pool = "the compiler cache's pool keeps the compilers at once within the 2 cores"
+    assert re.search(rf"MAX_JOBS=2 each, nvcc --threads 2 \({pool}\)", log), log[-3000:]
+    # the pool at work: never more compilers than cores, though 2 nvcc x 2 threads could run 4 cicc
+    assert 0 < two.most_at_once <= 2, f"{two.most_at_once} compilers at once on 2 cores"
+    # ... and the file left last ran both its architectures at once (one thread: one at a time)
+    assert two.cicc_per_file.get("heavy_cuda.cu") == 2, two.cicc_per_file
+    assert one.cicc_per_file.get("heavy_cuda.cu") == 1 and max(one.cicc_per_file.values()) == 1
+    assert "MAX_JOBS=2 each, nvcc --threads 1" in first_aws.text(serial["log_key"])
+    (first,), (second,) = serial["wheels"], pooled["wheels"]
+    assert first["filename"] == second["filename"] and "cu130" in first["filename"]
+    assert first["sha256"] == second["sha256"], f"{first['filename']}: --threads 1 and the pool's 2 differ"
