@@ -78,7 +78,7 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     # setuptools without ninja: wfbuild.parallel_compile sees each compile step's .cu files
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
     pooled = ""
-    if slots.unpooled and slots.unpooled != slots.threads:
+    if slots.unpooled:  # 0: no pool (cell_slots)
         pooled = f" (the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores)"
     job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}")
     job.parallelism = {

@@ -35,7 +35,7 @@ class CellSlots:
     jobs: int  # MAX_JOBS of each
     threads: int  # nvcc --threads of each (1: no flag)
     alone: int = 1  # nvcc --threads of a .cu file that compiles alone in its cell (wfbuild.parallel_compile)
-    unpooled: int = 0  # pooled threads: the count should the compiler cache's server not run (0: threads)
+    unpooled: int = 0  # under a compiler cache's pool: the threads should its server not run (0: no pool)
 
 
 def arch_count(arch_list: str | None) -> int:
@@ -72,7 +72,7 @@ def cell_slots(
     per-architecture steps included, only with a token of its server's pool, as many as the cores
     (mozilla/sccache@v0.16.0:src/mock_command.rs, ``AsyncCommand::spawn``), so every nvcc may ask for
     threads up to the cell's cores: while several compile, the pool holds them to the cores; once one is
-    left (the tail of every ninja build, causal-conv1d's ``bwd.cu`` compiling for an hour beside nothing),
+    left (the tail of every ninja build: causal-conv1d's ``bwd.cu``, alone for most of its cell),
     its architectures take the cores the others freed. That holds for one server of all the cells, or for
     one cell at a time; memory holds when the cores' worth of compile jobs fits."""
     by_memory = max(1, int(spare_gib // gib_per_job))

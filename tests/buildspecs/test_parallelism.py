@@ -94,3 +94,11 @@ def test_the_compiler_caches_pool_lets_every_nvcc_ask_for_the_cells_cores(
 def test_a_pinned_thread_count_is_kept_under_the_pool() -> None:
     slots = cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 9, threads_override=1, cuda_units=3, pool="job")
     assert (slots.threads, slots.alone, slots.unpooled) == (1, 1, 0)
+
+
+def test_the_pool_is_said_even_where_it_changes_no_count() -> None:
+    """One .cu file on 2 cores gets 2 threads either way; the pool still applies (wfbuild.parallel_compile's
+    side-by-side chains then give each CUDA unit the threads of one alone), so ``unpooled`` says so."""
+    slots = cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, cuda_units=1, pool="job")
+    assert (slots.threads, slots.unpooled) == (2, 2)
+    assert cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, cuda_units=1).unpooled == 0
