@@ -149,24 +149,21 @@ def main() -> int:
     os.environ.setdefault("WF_CACHE_DIR", str(ROOT / ".wfcache"))
     with tempfile.TemporaryDirectory(prefix="wf-nvcc-threads-") as tmp:
         source, name = args.source.resolve(), "wf-example-ops"
-        if args.corpus:
-            sys.path.insert(0, str(ROOT))
-            from tools.corpus import fetch_sdist
-            from tools.corpus_steps import load_corpus
-
-            (package,) = [p for p in load_corpus(ROOT / "examples/corpus/corpus.toml") if p.name == args.corpus]
-            source, name = fetch_sdist(package, Path(os.environ["WF_CACHE_DIR"])), package.name
         build_env: dict[str, str] = {}
-        if args.subject:
+        if args.corpus or args.subject:  # a pinned PyPI sdist, fetched and checked by the corpus's own code
             sys.path.insert(0, str(ROOT))
             from tools.corpus import fetch_sdist
-            from tools.corpus_steps import Package
+            from tools.corpus_steps import Package, load_corpus
 
-            pin = SUBJECTS[args.subject]
-            package = Package(args.subject, pin["version"], pin["import"], pin["url"], pin["sha256"],
-                              pin["license"], ("module",), True, Path())  # fmt: skip
+            if args.subject:
+                pin = SUBJECTS[args.subject]
+                package = Package(args.subject, pin["version"], pin["import"], pin["url"], pin["sha256"],
+                                  pin["license"], ("module",), True, Path())  # fmt: skip
+                build_env = pin["build_env"]
+            else:
+                corpus = load_corpus(ROOT / "examples/corpus/corpus.toml")
+                (package,) = [p for p in corpus if p.name == args.corpus]
             source, name = fetch_sdist(package, Path(os.environ["WF_CACHE_DIR"])), package.name
-            build_env = pin["build_env"]
         request = {
             "framework": "extension", "name": name,
             "source": {"s3": "s3://replaced-by-local-run/sources/x.tar.gz"}, "torch": ["2.14"], "cuda": ["13.0"],

@@ -77,20 +77,19 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     each = f"MAX_JOBS={slots.jobs} each, nvcc --threads {slots.threads}"
     # setuptools without ninja: wfbuild.parallel_compile sees each compile step's .cu files
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
-    pooled = ""
-    if slots.unpooled:  # 0: no pool (cell_slots)
-        pooled = f" (the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores)"
+    within = f"the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores"
+    pooled = f" ({within})" if slots.unpooled else ""  # unpooled 0: no pool (cell_slots)
     job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}")
     job.parallelism = {
         "cells_at_once": slots.cells,
         "max_jobs": slots.jobs,
         "nvcc_threads": slots.threads,
         "nvcc_threads_alone": slots.alone,
-        "nvcc_threads_pooled": bool(pooled),
+        "nvcc_threads_pooled": bool(slots.unpooled),
     }
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
     extra |= {"WF_NVCC_THREADS": str(slots.threads), "WF_NVCC_THREADS_ALONE": str(slots.alone)}
-    if pooled:  # a server that does not start (a container's own) compiles with the count for no pool
+    if slots.unpooled:  # a server that does not start (a container's own) compiles with the count for no pool
         extra |= {"WF_NVCC_THREADS_UNPOOLED": str(slots.unpooled), "WF_NVCC_THREADS_POOLED": "1"}
 
     def chain(name: str) -> None:
