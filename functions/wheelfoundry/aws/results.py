@@ -200,6 +200,18 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
+    } | device_code_summary(manifest)
+
+
+def device_code_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``{"device_code": {cell: {status, arch_list, sass, ptx, missing}}}`` for a CUDA extension job (what each
+    cell's build holds, wfbuild.devicecode: report.json carries it); ``{}`` for any other job."""
+    cells = manifest.get("device_code")
+    if not isinstance(cells, dict) or not cells:
+        return {}
+    keys = ("status", "arch_list", "sass", "ptx", "missing")
+    return {
+        "device_code": {str(c): {k: r.get(k) for k in keys} for c, r in sorted(cells.items()) if isinstance(r, dict)}
     }
 
 
@@ -265,4 +277,4 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "published": len(collect_result.get("published", [])),
         "gpu_test": (full["gpu_test"] or {}).get("verdict"),  # None: no GPU test asked
         "timing": collect_result.get("timing"),
-    }
+    } | ({"device_code": collect_result["device_code"]} if collect_result.get("device_code") else {})
