@@ -39,9 +39,10 @@ ENV_READ = re.compile(
     r"""(?:environ\.get\(|getenv\(|environ\[|\$ENV\{)\s*["']?([A-Z][A-Z0-9_]{2,63})|["']([A-Z][A-Z0-9_]{2,63})["']\s+in\s+os\.environ"""
 )
 SWITCH_WORDS = re.compile(r"CUDA|GPU|NVCC|KERNEL|EXTENSION|BUILD|COMPILE")
-OWN_ARCHS = re.compile(
-    r"(-gencode[= ]\S+|arch=compute_\d+[a-z]?,code=\S+|--gpu-architecture[= ]\S+|-arch[= ]sm_\d+\S*|"
-    r"CMAKE_CUDA_ARCHITECTURES\s*[ =]\s*\S+|CUDA_ARCHITECTURES\s+\S+)"
+OWN_ARCHS = re.compile(  # architecture flags a package's build files set themselves
+    r"arch=compute_\d+[af]?,code=\[?[\w,]+\]?|"
+    r"--gpu-architecture[= ](?:sm|compute)_\d+[af]?|-arch[= ](?:sm|compute)_\d+[af]?|"
+    r"(?:CMAKE_)?CUDA_ARCHITECTURES\s*[ =]\s*\"?[\w;-]+|environ\[[\"']TORCH_CUDA_ARCH_LIST[\"']\]\s*=\s*[\"'][^\"']+"
 )
 BUILD_FILES = ("setup.py", "CMakeLists.txt", "pyproject.toml", "setup.cfg", "build.py")
 
@@ -146,7 +147,8 @@ def source_hints(src: Path | None, environ: Mapping[str, str]) -> tuple[list[str
             if SWITCH_WORDS.search(name) and name not in FARM_SET and not environ.get(name) and name not in switches:
                 switches.append(name)
         for match in OWN_ARCHS.finditer(text):
-            flag = match[1].strip("'\",)]")[:60]
+            flag = re.sub(r"""environ\[["']TORCH_CUDA_ARCH_LIST["']\]\s*=\s*["']""", "TORCH_CUDA_ARCH_LIST=", match[0])
+            flag = flag.replace('"', "")[:60]
             if flag not in archs:
                 archs.append(flag)
     return switches[:6], archs[:4]
