@@ -157,6 +157,7 @@ def source_hints(src: Path | None, environ: Mapping[str, str]) -> tuple[list[str
 def refusal(record: Mapping[str, Any], switches: list[str], archs: list[str]) -> str:
     """The lines a user reads: what was refused and why, what was found, the usual fix."""
     head = f"cell {record['cell']} (CUDA {record['cuda']}, arch list {record['arch_list'] or '-'}): {record['problem']}"
+    head += "; nothing of this cell is repaired, tested or published"
     files = [describe(n, r) for n, r in sorted(record["files"].items())]
     found = f"examined {len(files)} compiled file(s): " + " | ".join(files) if files else ""
     if record["missing"] and record["sass"] + record["ptx"]:
@@ -167,7 +168,7 @@ def refusal(record: Mapping[str, Any], switches: list[str], archs: list[str]) ->
         cause = "the package compiles its CUDA code only behind a switch of its own: set it in the request's build_env"
         cause += f" (its build files read {', '.join(switches)})" if switches else ""
         cause += ", e.g. FORCE_CUDA_EXTENSION=1 (torch-harmonics), TLA_BUILD_LEGACY_CUDA=1 (torch-linear-assignment)"
-    lines = [head, found, f"usual cause: {cause}; nothing of this cell is repaired, tested or published"]
+    lines = [head, found, f"usual cause: {cause}"]
     return "\n".join(VERDICT + line for line in lines if line)
 
 

@@ -34,7 +34,12 @@ VARIANTS = {
     "ptx90": ["-gencode", "arch=compute_90,code=compute_90"],
     "ptx90a": ["-gencode", "arch=compute_90a,code=compute_90a"],
     "sm100f-ptx100f": ["-gencode", "arch=compute_100f,code=[sm_100f,compute_100f]"],
-    "sm80-sm86-ptx120": ["-gencode", "arch=compute_80,code=[sm_80,sm_86]", "-gencode", "arch=compute_120,code=compute_120"],
+    "sm80-sm86-ptx120": [
+        "-gencode",
+        "arch=compute_80,code=[sm_80,sm_86]",
+        "-gencode",
+        "arch=compute_120,code=compute_120",
+    ],
     "compressed": ["-Xfatbin", "-compress-all", "-gencode", "arch=compute_75,code=[sm_75,compute_75]"],
     "sm120a-sm89": ["-gencode", "arch=compute_120a,code=sm_120a", "-gencode", "arch=compute_89,code=sm_89"],
 }
