@@ -58,6 +58,23 @@ def test_each_request_plans_the_cells_the_harness_and_the_gpu_run_expect(package
         assert job.kind == "extension"
 
 
+def test_torch_harmonics_cuda_requests_come_with_and_without_its_own_switch() -> None:
+    (harmonics,) = [p for p in load_corpus(CORPUS) if p.name == "torch-harmonics"]
+    assert harmonics.cuda_switch == "FORCE_CUDA_EXTENSION"
+    plain, switched = (json.loads(harmonics.request(k).read_text()) for k in ("cu130", "cu130-switch"))
+    assert "build_env" not in plain and switched["build_env"] == {"FORCE_CUDA_EXTENSION": "1"}
+    catalog, config = load_catalog(), load_config()
+    (job,) = plan_request(parse_request(switched), catalog, config).jobs
+    assert job.env["FORCE_CUDA_EXTENSION"] == "1" and job.arch_list == "9.0"
+
+
+def test_a_switch_request_that_does_not_set_the_switch_is_refused(tmp_path: Path) -> None:
+    text = CORPUS.read_text().replace('cuda_switch = "FORCE_CUDA_EXTENSION"', 'cuda_switch = "OTHER_SWITCH"')
+    (tmp_path / "corpus.toml").write_text(text)
+    with pytest.raises(CorpusError, match=r"cuda_switch = 'OTHER_SWITCH' must be set in build_env"):
+        load_corpus(tmp_path / "corpus.toml")
+
+
 def test_a_wrong_pin_is_refused_naming_the_package_field_and_value(tmp_path: Path) -> None:
     text = CORPUS.read_text()
     bad = text.replace('sha256 = "416a7dd2', 'sha256 = "XYZ7dd2', 1)
