@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from wfbuild import devicecode, fatbin
-from wfbuild.archrule import Code, missing, parse_arch_list
+from wfbuild.archrule import Code, missing, parse_arch_list, runs_on
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "device_code"
 CELL = "torch2.14.1-cp311-cuda13.0-x86_64"
@@ -95,6 +95,20 @@ def test_a_requested_arch_needs_its_sass_or_ptx_the_driver_can_jit(
     arch_list: str, codes: list[str], absent: list[str]
 ) -> None:
     assert [str(w) for w in missing(arch_list, [Code.parse(c) for c in codes])] == absent
+
+
+# Seen on an NVIDIA H100 (compute capability 9.0, driver 580.159.04), 2026-11-27: a one-kernel program built
+# by nvcc 13.0.88 with one -gencode each, launched there; "no kernel image is available for execution on the
+# device" for the ones that did not run (the session's report holds the commands and the output).
+RAN_ON_H100 = {
+    "sm_80": False, "sm_86": False, "compute_80": True, "sm_90": True, "sm_90a": True, "compute_90a": True,
+    "compute_100": False, "sm_100f": False, "compute_100f": False, "sm_120": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("code", "ran"), sorted(RAN_ON_H100.items()))
+def test_the_rule_says_what_an_h100_ran(code: str, ran: bool) -> None:
+    assert runs_on(Code.parse(code), (9, 0)) is ran
 
 
 def test_arch_names_parse_both_ways() -> None:
