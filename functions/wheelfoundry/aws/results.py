@@ -200,19 +200,27 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
-    } | device_code_summary(manifest)
+    } | device_code_summary(manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []})
 
 
-def device_code_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:
     """``{"device_code": {cell: {status, arch_list, sass, ptx, missing}}}`` for a CUDA extension job (what each
-    cell's build holds, wfbuild.devicecode: report.json carries it); ``{}`` for any other job."""
-    cells = manifest.get("device_code")
-    if not isinstance(cells, dict) or not cells:
+    cell's build holds, wfbuild.devicecode: report.json carries it); ``{}`` for any other job. The manifest is
+    the build's: only the contract's ``cells`` count, each list and string cut short (the state stays small)."""
+    records = manifest.get("device_code")
+    if not isinstance(records, dict) or not records:
         return {}
+
+    def short(value: Any) -> Any:
+        if isinstance(value, list):
+            return [str(v)[:40] for v in value[:32]]
+        return str(value)[:80] if value is not None else None
+
     keys = ("status", "arch_list", "sass", "ptx", "missing")
-    return {
-        "device_code": {str(c): {k: r.get(k) for k in keys} for c, r in sorted(cells.items()) if isinstance(r, dict)}
+    out = {
+        c: {k: short(r.get(k)) for k in keys} for c, r in sorted(records.items()) if c in cells and isinstance(r, dict)
     }
+    return {"device_code": out} if out else {}
 
 
 def readable_cause(cause: str | None) -> str:
