@@ -148,6 +148,8 @@ def test_a_refusal_is_the_cause_a_failed_run_shows() -> None:
         "[x] DEVICE CODE REFUSED: examined 1 compiled file(s): _C.so: host code only (no .nv_fatbin)\n"
         "[x] DEVICE CODE REFUSED: usual cause: ... set it in the request's build_env\n"
         "[wfbuild 10:00:02] stage devicecode-x: failed in 0.3s\n"
+        "[y] warning: another cell's compiler says error-prone things later\n"  # a cell beside it, still building
+        "[y] note: cannot inline this, failed attempt\n"
         "manifest: /work/manifest.json (failed, 0 wheel(s))\n"
     )
     lines = cause_lines(tail)
