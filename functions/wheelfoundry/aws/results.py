@@ -285,4 +285,5 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "published": len(collect_result.get("published", [])),
         "gpu_test": (full["gpu_test"] or {}).get("verdict"),  # None: no GPU test asked
         "timing": collect_result.get("timing"),
-    } | ({"device_code": collect_result["device_code"]} if collect_result.get("device_code") else {})
+        "device_code": collect_result.get("device_code") or {},  # per CUDA cell that reached Collect (report.json)
+    }
