@@ -211,3 +211,18 @@ def test_the_gpu_steps_spec_reads_the_device_code_from_the_wheels_bytes(tmp_path
         "not-testable",
         "the wheels' device code holds nothing T4 (sm_75) runs: _C.so: compute_90 sm_100f sm_80 sm_90a",
     )
+
+
+def test_status_lists_each_cuda_cells_architectures_under_its_jobs() -> None:
+    from wheelfoundry_user.status import render_status
+
+    job = {"job": "wf-x-cuda13.0-x86_64", "executor": "ec2", "state": "failed", "stage": "done", "detail": ""}
+    job |= {"elapsed_seconds": 60.0, "estimated_usd": 0.1, "actual_usd": 0.05, "device_code": {CELL: OK}}
+    status = {"run": "r1", "status": "RUNNING", "elapsed_seconds": 90.0, "estimated_usd": 0.1, "actual_usd": 0.05}
+    text = render_status(
+        {**status, "jobs": [job, {**job, "job": "wf-x-cpu-x86_64", "device_code": None}], "bucket": "b"}
+    )
+    assert text.splitlines()[-2:] == [
+        "device code (per CUDA cell, read from its compiled files):",
+        f"  {CELL}: SASS sm_90 (arch list 9.0: covered)",
+    ], text
