@@ -109,13 +109,13 @@ def test_the_signed_statement_carries_the_device_code_of_the_wheels_jobs(tmp_pat
 
 def test_collect_and_the_report_pass_on_each_cells_architectures() -> None:
     data = {"device_code": {CELL: OK, REFUSED["cell"]: REFUSED}}
-    summary = device_code_summary(data, {CELL, REFUSED["cell"]})["device_code"]
+    summary = device_code_summary(data, {CELL, REFUSED["cell"]})
     assert summary[CELL] == {"status": "ok", "arch_list": "9.0", "sass": ["sm_90"], "ptx": [], "missing": []}
     assert summary[REFUSED["cell"]]["missing"] == ["9.0"]
     assert device_code_summary({"device_code": {}}, {CELL}) == {} and device_code_summary({}, {CELL}) == {}
     # the manifest is the build's: a cell the job contract does not name, or a giant record, stays out of the state
     planted = {"device_code": {"other": OK, CELL: {**OK, "sass": ["sm_90" * 100] * 1000}}}
-    (only,) = device_code_summary(planted, {CELL})["device_code"].values()
+    (only,) = device_code_summary(planted, {CELL}).values()
     assert len(only["sass"]) == 32 and all(len(n) == 40 for n in only["sass"])
 
     class S3:

@@ -200,13 +200,17 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
-    } | device_code_summary(manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []})
+        # per CUDA cell, what its build holds ({} for other jobs): report.json carries it
+        "device_code": device_code_summary(
+            manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []}
+        ),
+    }
 
 
 def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:
-    """``{"device_code": {cell: {status, arch_list, sass, ptx, missing}}}`` for a CUDA extension job (what each
-    cell's build holds, wfbuild.devicecode: report.json carries it); ``{}`` for any other job. The manifest is
-    the build's: only the contract's ``cells`` count, each list and string cut short (the state stays small)."""
+    """``{cell: {status, arch_list, sass, ptx, missing}}`` for a CUDA extension job (what each cell's build holds,
+    wfbuild.devicecode), ``{}`` for any other job. The manifest is the build's: only the contract's ``cells``
+    count, each list and string cut short (the execution's state stays small)."""
     records = manifest.get("device_code")
     if not isinstance(records, dict) or not records:
         return {}
@@ -220,7 +224,7 @@ def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, 
     out = {
         c: {k: short(r.get(k)) for k in keys} for c, r in sorted(records.items()) if c in cells and isinstance(r, dict)
     }
-    return {"device_code": out} if out else {}
+    return out
 
 
 def readable_cause(cause: str | None) -> str:
