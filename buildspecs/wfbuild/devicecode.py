@@ -172,6 +172,12 @@ def refusal(record: Mapping[str, Any], switches: list[str], archs: list[str]) ->
     return "\n".join(VERDICT + line for line in lines if line)
 
 
+def enforce(record: Mapping[str, Any], src: Path | None, environ: Mapping[str, str]) -> None:
+    """Raise DeviceCodeMissing (the refusal's lines) unless the cell's record says it holds what was asked."""
+    if record["status"] != "ok":
+        raise DeviceCodeMissing(refusal(record, *source_hints(src, environ)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m wfbuild.devicecode", description=__doc__.split("\n\n")[0])
     parser.add_argument("--in-dir", type=Path, required=True, help="the cell's wheels as its build wrote them")
@@ -189,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, rec in sorted(files.items()):
         print(f"device code: {describe(name, rec)}" + (f" (PTX ISA {', '.join(rec['ptx_isa'])})" if rec["ptx"] else ""))
     try:
-        if record["status"] != "ok":
-            raise DeviceCodeMissing(refusal(record, *source_hints(args.src, os.environ)))
+        enforce(record, args.src, os.environ)
     except DeviceCodeMissing as exc:
         print(f"{type(exc).__name__}:\n{exc}", file=sys.stderr, flush=True)
         return 1
