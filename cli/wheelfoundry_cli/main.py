@@ -93,19 +93,27 @@ def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
 
 def _index_serve(args: argparse.Namespace) -> int:
     from wheelfoundry_cli.index_server import serve_forever
-    from wheelfoundry_user import UserError, verify
+    from wheelfoundry_user import UserError, public, verify
     from wheelfoundry_user.farm import Farm
 
-    farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
     try:
-        keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
-        bucket = args.bucket or farm.bucket
+        if args.index_url:  # a public site: no AWS credentials, the key pinned by fingerprint
+            site = public.PublicIndex.parse(args.index_url)
+            pins = (args.key_fingerprint, args.public_key, args.index_url)
+            keys = None if args.no_verify else public.keyring_for(site, *pins)
+            origin: Any = public.HttpOrigin(site)
+            bucket, label = "public", f"{site.base}/simple/"
+        else:
+            farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
+            keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
+            bucket = args.bucket or farm.bucket
+            origin, label = farm.client("s3"), f"s3://{bucket}/simple/"
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     if keys is None:
         print("warning: --no-verify: wheels are served without checking their signed provenance", file=sys.stderr)
-    serve_forever(farm.client("s3"), bucket, args.port, keys)
+    serve_forever(origin, bucket, args.port, keys, label)
     return 0
 
 
@@ -149,6 +157,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     index_sub = index.add_subparsers(dest="index_command", required=True)
     serve = index_sub.add_parser("serve", help="serve the index to pip on 127.0.0.1 (your AWS credentials)")
     serve.add_argument("--bucket", help="the stack's WheelBucketName output (default: read from --stack)")
+    serve.add_argument("--index-url", help="a public index instead (https://HOST/simple/), no AWS credentials needed")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     from wheelfoundry_user.farm import default_stack

@@ -49,6 +49,17 @@ class Edge:
         return channel in self.channels
 
 
+def public_urls(channel: str, index_url: str, public: str, variants: list[str]) -> dict[str, Any] | None:
+    """What a public channel's users type (None for a private channel): its index and find-links pages.
+
+    ``index_url``: the stack's PublicIndexUrl (``https://<domain>/simple/``); ``public``: its channels.
+    """
+    if not index_url or channel not in public.split(","):
+        return None
+    base = f"{index_url}{quote(channel)}/"
+    return {"index_url": base, "find_links": [f"{base}{quote(v)}.html" for v in variants]}
+
+
 def cache_paths(channel: str, changed: Iterable[str], everything: bool = False) -> list[str]:
     """The edge's cache keys of the pages written under these S3 keys (``simple/<channel>/...``).
 

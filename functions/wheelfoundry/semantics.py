@@ -206,7 +206,28 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         issues.append(Issue("local_version", message, False, ("true",)))
     if isinstance(arch_list, str) and not cudas and "arch_list" not in skip:
         issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
+    issues += _local_labels_to_pypi(data)
     return issues
+
+
+def _local_labels_to_pypi(data: Mapping[str, Any]) -> list[Issue]:
+    """PyPI and TestPyPI refuse PEP 440 local versions (``+pt211cu130``): per-cell wheels never get there.
+
+    Said before the build, not at the Upload step after it. Layout ``auto`` decides after the build
+    (Upload then refuses the labelled wheels with the same advice).
+    """
+    options = data.get("options") or {}
+    publish = options.get("publish")
+    target = publish.get("repository") if isinstance(publish, Mapping) else publish
+    if target not in ("pypi", "testpypi") or data.get("layout") != "per-cell" or data.get("local_version") is False:
+        return []
+    why = (
+        f"per-cell wheels carry local version labels (+pt<XY><variant>), which {target} refuses (PEP 440 local "
+        "versions are not allowed there); serve them from a public channel instead (deploy with "
+        "PublicChannels=<channel>: pip install NAME -f https://<domain>/simple/<channel>/torch-<X.Y.Z>+<cuda>.html), "
+        "or build the merged layout for PyPI"
+    )
+    return [Issue("options.publish", why, target, ("layout 'merged' or 'auto'", "a public channel"))]
 
 
 def check(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig, skip: set[str]) -> list[Issue]:

@@ -10,4 +10,5 @@ from wheelfoundry.handlers.runtime import Runtime, entrypoint
 
 @entrypoint
 def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
-    return report(event, rt.client("s3"))
+    public = (rt.var("WF_PUBLIC_INDEX_URL", ""), rt.var("WF_PUBLIC_CHANNELS", ""))
+    return report(event, rt.client("s3"), *public)
