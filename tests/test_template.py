@@ -54,7 +54,9 @@ def _branches(statement: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _statements(policies: list[Any]) -> list[dict[str, Any]]:
-    return [b for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"] for b in _branches(s)]
+    return [
+        b for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"] for b in _branches(s)
+    ]
 
 
 def test_s3_access_is_scoped_to_the_stacks_bucket() -> None:

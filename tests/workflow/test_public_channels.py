@@ -96,6 +96,8 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
         # As a user types it, with a literal '+': the function sends it on as %2B (S3 reads '+' as a space).
         status, _, body = get(edge.local(find_links).replace("%2B", "+"))
         assert status == 200 and b"wf_tiny_ext-" in body
+        status, headers, _ = get(f"{edge.url}/{wheel_key.replace('+', '%2B')}")  # as Collect published it
+        assert status == 200 and headers["Cache-Control"] == "public, max-age=31536000, immutable"
 
         for path in private:
             status, _, body = get(edge.url + path)
