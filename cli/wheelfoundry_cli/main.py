@@ -31,7 +31,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
     record = _calibration(args.calibration)
-    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record)
+    profile = _source_profile(args.source)
+    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record, profile=profile)
     checked = quota_lines([*plan.jobs, *plan.tests], config, args.quota, args.max_concurrency)  # as Validate
     sizes, size_lines = _wheel_sizes(plan, args.sizes_from)
     if args.json:
@@ -65,6 +66,18 @@ def _calibration(path: str | None) -> dict[str, Any] | None:
         allowed = ("a calibration record: {'scope': ..., 'cells': [...]}",)
         raise RequestInvalid([Issue("--calibration", f"{path}: {exc}", path, allowed)]) from exc
     return record
+
+
+def _source_profile(path: str | None) -> Any:
+    """--source: the extension's folder or sdist, whose translation units size a first run's estimate."""
+    if not path:
+        return None
+    from wheelfoundry.source_profile import from_path
+
+    try:
+        return from_path(Path(path))
+    except ValueError as exc:
+        raise RequestInvalid([Issue("--source", str(exc), path, ("a source folder", "an sdist .tar.gz"))]) from exc
 
 
 def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
@@ -150,9 +163,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         metavar="FILE",
         help="an earlier run's record of this source (calibration/<key>.json in the bucket): plan by its cells",
     )
+    plan.add_argument(
+        "--source",
+        metavar="PATH",
+        help="the extension's source folder or sdist: a first run's estimate from its C++ and CUDA units",
+    )
     add_builder_flags(plan)
     add_quota_flags(plan)
     plan.set_defaults(func=_plan_command)
+    add_catalog_commands(sub)
+    if not (everything or word == "index" or word in LOCAL_COMMANDS or word in USER_COMMANDS):
+        return parser  # `plan`, `catalog`: no AWS session, trust store or embedded AWS to import
     index = sub.add_parser("index", help="the private pip index in the wheel bucket")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     serve = index_sub.add_parser("serve", help="serve the index to pip on 127.0.0.1 (your AWS credentials)")
@@ -167,7 +188,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--endpoint-url", help="e.g. `wheelfoundry local up`'s")
     add_trust_flags(serve, expectations=False)
     serve.set_defaults(func=_index_serve)
-    add_catalog_commands(sub)
     if everything or word in LOCAL_COMMANDS:
         try:
             from wheelfoundry_local.cli import add_local_commands

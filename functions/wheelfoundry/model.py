@@ -93,6 +93,9 @@ class BuildRequest:
     channel: str
     framework: Literal["pytorch"] = "pytorch"
     image: RuntimeImage | None = None
+    # options.max_wall_hours as the request gave it (None: not given): a framework build is planned to meet
+    # it only when asked (wheelfoundry.framework_wall); an extension's plan always meets the stack's default.
+    wall_target: float | None = None
 
 
 @dataclass(frozen=True)

@@ -129,4 +129,5 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
         options=_options(data["options"], config),
         channel=data.get("channel") or semantics.default_channel(version),
         image=images.parse(data.get("image")),
+        wall_target=float(wall) if (wall := (data.get("options") or {}).get("max_wall_hours")) is not None else None,
     )

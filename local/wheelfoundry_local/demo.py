@@ -68,14 +68,12 @@ def run_request(
     arn = aws.start_execution(stack.state_machine_arn, request)
     out(f"started {arn.rsplit(':', 1)[-1]}")
     sfn = aws.client("stepfunctions")
-    deadline, last_tick = time.monotonic() + timeout, 0.0
+    deadline = time.monotonic() + timeout
     while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
         for line in progress.update(stack, aws.invocations):
             out(line)
-        if time.monotonic() - last_tick > 15:
-            last_tick = time.monotonic()
-            for line in progress.lines():
-                out(line)
+        for line in progress.still_running(quiet=30):  # a long stage's clock; never a finished job's line
+            out(line)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the execution did not finish in {timeout:.0f}s")
         time.sleep(0.5)
