@@ -32,8 +32,8 @@ REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,99}$")
 ACCOUNT = re.compile(r"^[0-9]{12}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LIMIT_OPTIONS = (
-    'the per-cell layout (one wheel per torch x CUDA cell, "layout": "per-cell"), fewer archs in arch_list, '
-    "or a limit increase from the index (PyPI: https://github.com/pypi/support, then max_file_mb)"
+    "a public channel of the stack (PublicChannels; no per-file limit, per-cell wheels too), fewer archs in "
+    "arch_list, or a limit increase from the index (PyPI: https://github.com/pypi/support, then max_file_mb)"
 )
 
 
