@@ -28,6 +28,7 @@ from wheelfoundry.upstream_index import IndexFile, TorchRelease, cuda_of
 NO_TOOLKIT = (
     'CUDA {cuda}: no toolkit entry in the catalog ([cuda."{cuda}"] in functions/wheelfoundry/data/catalog.toml)'
 )
+OLD = "older than the catalog's newest release and not in it: not followed (add its row to the catalog)"
 LOCK_HINT = "run tools/lock_cuda.py wheels {cuda} --platform {platform} (CUDA 11/12: also redist), then redeploy"
 
 
@@ -81,6 +82,8 @@ def release_facts(
         spec = chosen if Version(chosen).micro in row.patches else max(known, key=Version)
         variants = {"x86_64": ("cpu", *row.all_cuda), "aarch64": ("cpu", *row.aarch64_cuda)}
         return ReleaseFacts(row.torch, spec, spec, row.python, variants)
+    if Version(release.minor) < Version(catalog.newest_release().torch):  # between or before the catalog's rows
+        return ReleaseFacts(release.minor, chosen, chosen, (), {}, problems=(f"torch {chosen}: {OLD}",))
     return _derived_facts(release, chosen, catalog, pytorch_read)
 
 

@@ -202,8 +202,9 @@ def tick(
 ) -> Tick:
     """The runs to start for ``subscriptions``; ``coverage``: channel -> what its wheels serve."""
     result = Tick()
+    newest = Version(stack.catalog.newest_release().torch)
     for release in upstream.torch:  # the catalog lacks it: its facts, from the wheels, for Validate too
-        if stack.catalog.release(release.minor) is None:
+        if stack.catalog.release(release.minor) is None and Version(release.minor) > newest:
             facts = release_facts(release, SpecifierSet(), stack.catalog, upstream.pytorch_index_read)
             if facts is not None and facts.derived is not None:
                 result.derived.append(facts.derived)

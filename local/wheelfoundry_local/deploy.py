@@ -35,6 +35,7 @@ SAM_TRANSFORM = "AWS::Serverless-2016-10-31"
 NOT_EMULATED = {
     "AWS::S3::BucketPolicy": "access policy; moto enforces no resource policies",
     "AWS::SQS::QueuePolicy": "access policy; moto enforces no resource policies",
+    "AWS::SNS::TopicPolicy": "access policy; moto enforces no resource policies",
     "AWS::Lambda::EventInvokeConfig": "async retry settings; deliveries here are synchronous",
 }
 _NO_ZIP = ("__pycache__", ".pyc", ".pytest_cache", ".mypy_cache")

@@ -32,11 +32,12 @@ from wheelfoundry.jobs import StackContext
 from wheelfoundry.subscriptions import PREFIX, Subscription, parse_subscription
 from wheelfoundry.upstream_index import SIMPLE_JSON, html_files, pypi_files, requires_dist_text, torch_releases
 from wheelfoundry.watch_facts import PackageRelease, locks_of, package_releases
-from wheelfoundry.watcher import Stack, Start, Upstream, tick
+from wheelfoundry.watcher import Stack, Start, Tick, Upstream, tick
 
 Fetch = Callable[[str, Mapping[str, str]], bytes]
 TICK_KEY = "watch/last-tick.json"
 RUNS_PREFIX = "watch/runs/"
+LOOPBACK = ("http://127.0.0.1:", "http://127.0.0.1/", "http://localhost:", "http://localhost/")  # a local mirror
 MAX_BYTES = 256 * 1024 * 1024  # an sdist (flash-attn's is ~8 MB) or an index page (torch's JSON ~0.5 MB)
 
 
@@ -46,8 +47,8 @@ class FetchFailed(OSError):
 
 def urllib_fetch(url: str, headers: Mapping[str, str], timeout: float = 30.0) -> bytes:
     """GET over HTTPS (or a file:// recording, for `wheelfoundry local watch`) with a size limit."""
-    if not url.startswith(("https://", "http://", "file://")):
-        raise FetchFailed(f"{url}: only https, http and file URLs are read")
+    if not url.startswith(("https://", "file://", *LOOPBACK)):
+        raise FetchFailed(f"{url}: only https (or http on this host, file for recordings) URLs are read")
     request = urllib.request.Request(url, headers={"User-Agent": "wheelfoundry-watch", **headers})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (schemes checked above)
@@ -219,41 +220,56 @@ def run_tick(s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, now: date
     subs, problems = read_subscriptions(s3, settings.bucket)
     record: dict[str, Any] = {"at": now.isoformat(), "dry_run": settings.dry_run, "problems": problems}
     record.update(subscriptions={}, runs=[])
-    if subs:  # no subscription: nothing to read upstream
-        catalog = load_catalog()
-        upstream = read_upstream(fetch, settings.sources, subs, catalog)
+    catalog = load_catalog()
+    try:
+        upstream = read_upstream(fetch, settings.sources, subs, catalog) if subs else None  # none: nothing to read
+    except (FetchFailed, ValueError) as exc:  # PyPI down for a while: the next tick reads it again
+        record["problems"].append(f"PyPI's torch page not read, nothing compared: {exc}")
+        upstream = None
+    if upstream is not None:
         coverage = read_coverage(s3, settings.bucket, {s.channel for s in subs})
         stack = Stack(settings.bucket, catalog, settings.config, read_locks(s3, settings.bucket), settings.context)
         planned = tick(subs, upstream, coverage, stack)
         if planned.derived and not settings.dry_run:  # before any run: its Validate reads them
             write_derived(s3, settings.bucket, planned.derived)
-        for n, start in enumerate(planned.starts):
-            record["runs"].append(_act(s3, sfn, fetch, settings, start, n, now))
-        for outcome in planned.outcomes:
-            record["subscriptions"][outcome.subscription] = {
-                f.name: getattr(outcome, f.name) for f in fields(outcome) if f.name != "planned"
-            }
+        record.update(tick_record(upstream, planned))
+        record["runs"] = [_act(s3, sfn, fetch, settings, start, n, now) for n, start in enumerate(planned.starts)]
     if not settings.dry_run:
         s3.put_object(Bucket=settings.bucket, Key=TICK_KEY, Body=json.dumps(record, indent=2).encode())
     return record
 
 
-def _act(
-    s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, start: Start, n: int, now: datetime
-) -> dict[str, Any]:
-    run = {
+def tick_record(upstream: Upstream, planned: Tick) -> dict[str, Any]:
+    """What a tick read and decided, as ``watch/last-tick.json`` keeps it (runs: as planned, not yet acted on)."""
+    subscriptions = {
+        o.subscription: {f.name: getattr(o, f.name) for f in fields(o) if f.name != "planned"} for o in planned.outcomes
+    }
+    torch = {"releases": [r.version for r in upstream.torch], "pytorch_index_read": upstream.pytorch_index_read}
+    return {"torch": torch, "derived": [d.to_json() for d in planned.derived], "subscriptions": subscriptions}
+
+
+def planned_run(start: Start) -> dict[str, Any]:
+    return {
         "subscription": start.subscription,
         "name": start.name,
         "reason": start.reason,
         "cells": len(start.cells),
         "wall_hours": start.plan.get("estimated_wall_hours"),
         "usd": start.plan.get("estimated_usd"),
-        "jobs": start.plan.get("jobs"),
+        "jobs": start.plan.get("job_estimates"),
+        "tests": len(start.plan.get("tests") or []),
+        "request": start.request,
     }
+
+
+def _act(
+    s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, start: Start, n: int, now: datetime
+) -> dict[str, Any]:
+    run = planned_run(start)
     if n >= settings.max_starts:
         return {**run, "status": f"deferred: a tick starts at most {settings.max_starts} run(s) (WatchMaxRunsPerTick)"}
     if settings.dry_run:
-        return {**run, "status": "would start", "request": start.request}
+        return {**run, "status": "would start"}
     try:
         copy_sdist(s3, settings.bucket, fetch, start)
     except FetchFailed as exc:
