@@ -19,7 +19,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry.catalog import Catalog, Release
+from wheelfoundry.catalog import Catalog, Release, minor_of
 
 DERIVED_KEY = "watch/derived.json"
 
@@ -74,6 +74,17 @@ def with_derived(catalog: Catalog, derived: Iterable[DerivedRelease]) -> Catalog
     if not extra:
         return catalog
     return dataclasses.replace(catalog, releases=(*catalog.releases, *extra))
+
+
+def wanted(request: Any, catalog: Catalog) -> bool:
+    """Whether ``request`` is an extension request naming a torch release the catalog lacks (only then are the
+    derived facts read: any other request is judged, and an invalid one refused, without S3)."""
+    if not isinstance(request, Mapping) or request.get("framework") != "extension":
+        return False
+    torches = request.get("torch")
+    if not isinstance(torches, list):
+        return False
+    return any(isinstance(t, str) and (m := minor_of(t)) and catalog.release(m) is None for t in torches)
 
 
 def parse(body: bytes) -> list[DerivedRelease]:

@@ -172,7 +172,7 @@ def validate(
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
     raw = event.get("request")
-    if isinstance(raw, dict) and raw.get("framework") == "extension":  # torch releases the watcher derived
+    if derived.wanted(raw, catalog):  # an extension on a torch release the catalog lacks: the watcher's facts
         catalog = with_derived(catalog, derived.read(s3, settings.bucket))
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(raw, catalog, config)
