@@ -101,7 +101,8 @@ def test_a_tick_starts_the_run_once_and_the_next_tick_starts_nothing(aws: Any, t
     derived = json.loads(s3.get_object(Bucket=BUCKET, Key="watch/derived.json")["Body"].read())
     assert [r["torch"] for r in derived["releases"]] == ["2.15"]
     again = run_tick(s3, sfn, fetch, settings(machine), NOW)
-    assert [r["status"] for r in again["runs"]] == ["already started (RUNNING)"]
+    (status,) = [r["status"] for r in again["runs"]]  # RUNNING, or SUCCEEDED where moto ran the Pass machine
+    assert status in ("already started (RUNNING)", "already started (SUCCEEDED)")
     assert len(executions(sfn, machine)) == 1
     tick = json.loads(s3.get_object(Bucket=BUCKET, Key="watch/last-tick.json")["Body"].read())
     assert tick["subscriptions"]["wf-tiny-ext"]["starts"] == [run["name"]]

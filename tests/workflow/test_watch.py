@@ -131,6 +131,8 @@ def test_a_tick_starts_one_run_for_exactly_the_missing_cells_and_the_next_starts
     assert not any(i.function_name.startswith(f"{stack.name}-StartBuild") for i in aws.invocations.all())
     code, out = wf(aws, capsys, "subscriptions", "list")
     assert code == 0 and f"already started (FAILED) {execution['name']}" in out
+    _, out = wf(aws, capsys, "status", execution["name"])  # the run, then the subscriptions and the last tick
+    assert "subscriptions (last watcher tick: " in out and f"already started (FAILED) {execution['name']}" in out
 
 
 def _cells(aws: EmbeddedAws, bucket: str, job: dict[str, Any]) -> list[dict[str, Any]]:  # noqa: F811
