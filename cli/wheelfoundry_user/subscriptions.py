@@ -36,12 +36,15 @@ def _subscribe(farm: Farm, args: argparse.Namespace) -> int:
     if issues := sample_issues(sub, load_catalog(), load_config()):
         raise SubscriptionInvalid(issues)
     body = json.dumps({**sub.raw, "name": sub.name}, indent=2, sort_keys=True).encode()
+    topic = farm.outputs.get("WatchTopicArn")
+    if args.notify and not topic:
+        raise UserError(f"stack {farm.stack!r} has no WatchTopic output: deploy this version to be notified")
     try:
         farm.client("s3").put_object(Bucket=farm.bucket, Key=sub.key, Body=body, ContentType="application/json")
         if args.notify:
             attributes = {"FilterPolicy": json.dumps({"subscription": [sub.name]})}
             farm.client("sns").subscribe(
-                TopicArn=farm.outputs["WatchTopicArn"],
+                TopicArn=topic,
                 Protocol="email",
                 Endpoint=args.notify,
                 Attributes=attributes,
@@ -127,9 +130,9 @@ def _list(farm: Farm, args: argparse.Namespace) -> int:
 def _remove(farm: Farm, args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from wheelfoundry.subscriptions import key
+    from wheelfoundry.subscriptions import NAME, key
 
-    if farm.get(key(args.name)) is None:
+    if not NAME.fullmatch(args.name) or farm.get(key(args.name)) is None:
         raise NotFound(f"no subscription {args.name!r} (wheelfoundry subscriptions list)")
     try:
         farm.client("s3").delete_object(Bucket=farm.bucket, Key=key(args.name))

@@ -11,6 +11,7 @@ checks again in full.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -28,6 +29,7 @@ from wheelfoundry.errors import Issue, RequestInvalid, SubscriptionInvalid
 from wheelfoundry.request import load_schema, parse_request, shape_issues
 
 PREFIX = "subscriptions/"
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # the schema's name pattern
 # The extension request's fields a subscription passes on to every request it starts, as it states them.
 PASSED_ON = ("arch_list", "build_env", "test", "torch_index", "local_version", "layout", "require_all_cells", "options")
 

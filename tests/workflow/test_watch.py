@@ -92,8 +92,14 @@ def test_a_tick_starts_one_run_for_exactly_the_missing_cells_and_the_next_starts
     subscription = tmp_path / "sub.json"  # both jobs on EC2, where the Launch fault stops them before a build
     subscription.write_text(json.dumps({"options": {"executor": "ec2"}}))
     code, _ = wf(aws, capsys, "subscribe", "--subscription", str(subscription), "--package", "wf-tiny-ext",
-                 "--pypi", "latest", "--torch", ">=2.14", "--cuda", "cpu,13.0", "--python", "3.12", "--channel", "ci")  # fmt: skip
+                 "--pypi", "latest", "--torch", ">=2.14", "--cuda", "cpu,13.0", "--python", "3.12", "--channel", "ci",
+                 "--notify", "maintainer@example.org")  # fmt: skip
     assert code == 0
+    sns = aws.client("sns")
+    (mail,) = sns.list_subscriptions_by_topic(TopicArn=stack.outputs["WatchTopicArn"])["Subscriptions"]
+    attributes = sns.get_subscription_attributes(SubscriptionArn=mail["SubscriptionArn"])["Attributes"]
+    assert mail["Endpoint"] == "maintainer@example.org"
+    assert json.loads(attributes["FilterPolicy"]) == {"subscription": ["wf-tiny-ext"]}
     # the channel already serves torch 2.14's cells, published as a run would; torch 2.15.0 is new
     s3 = aws.client("s3")
     published = state("wf-tiny-ext", "0.1.0", [("2.14.1", v, "3.12", "x86_64") for v in ("cpu", "13.0")], "ci")
@@ -101,7 +107,7 @@ def test_a_tick_starts_one_run_for_exactly_the_missing_cells_and_the_next_starts
         metadata = {"sha256": "0" * 64, "wf-variants": entry["variants"][0]}
         s3.put_object(Bucket=bucket, Key=key, Body=b"wheel", Metadata=metadata)
     publish_index(s3, bucket, "ci")
-    sqs, sns = aws.client("sqs"), aws.client("sns")
+    sqs = aws.client("sqs")
     queue = sqs.create_queue(QueueName="maintainer")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=stack.outputs["WatchTopicArn"], Protocol="sqs", Endpoint=arn)
@@ -131,6 +137,9 @@ def test_a_tick_starts_one_run_for_exactly_the_missing_cells_and_the_next_starts
     assert not any(i.function_name.startswith(f"{stack.name}-StartBuild") for i in aws.invocations.all())
     code, out = wf(aws, capsys, "subscriptions", "list")
     assert code == 0 and f"already started (FAILED) {execution['name']}" in out
+    code, out = wf(aws, capsys, "local", "watch", "--recorded", str(tmp_path / "upstream"))  # a tick from here
+    assert code == 0 and f"already started (FAILED): {execution['name']} (torch 2.15.0 released)" in out
+    assert len(sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]) == 1
     _, out = wf(aws, capsys, "status", execution["name"])  # the run, then the subscriptions and the last tick
     assert "subscriptions (last watcher tick: " in out and f"already started (FAILED) {execution['name']}" in out
 

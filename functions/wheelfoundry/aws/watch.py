@@ -46,9 +46,10 @@ class FetchFailed(OSError):
 
 
 def urllib_fetch(url: str, headers: Mapping[str, str], timeout: float = 30.0) -> bytes:
-    """GET over HTTPS (or a file:// recording, for `wheelfoundry local watch`) with a size limit."""
-    if not url.startswith(("https://", "file://", *LOOPBACK)):
-        raise FetchFailed(f"{url}: only https (or http on this host, file for recordings) URLs are read")
+    """GET over HTTPS (plain HTTP only from this host: a local mirror) with a size limit; a URL an index page
+    names is read only so (no file://, no other host over plain HTTP)."""
+    if not url.startswith(("https://", *LOOPBACK)):
+        raise FetchFailed(f"{url}: only https URLs are read (http only on 127.0.0.1 or localhost)")
     request = urllib.request.Request(url, headers={"User-Agent": "wheelfoundry-watch", **headers})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (schemes checked above)
