@@ -131,7 +131,7 @@ def _index_serve(args: argparse.Namespace) -> int:
 
 
 LOCAL_COMMANDS = frozenset({"local"})
-USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index"})
+USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index", "subscribe", "subscriptions"})
 
 
 def _command_word(argv: Sequence[str] | None) -> str | None:

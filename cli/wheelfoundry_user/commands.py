@@ -16,6 +16,7 @@ from wheelfoundry_user import EXIT_FAILED, EXIT_INVALID, EXIT_OK, NotFound, User
 from wheelfoundry_user.failures import readable
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
+from wheelfoundry_user.subscriptions import add_subscription_commands, status_section
 from wheelfoundry_user.tables import table
 from wheelfoundry_user.trust import add_trust_flags
 from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
@@ -91,6 +92,8 @@ def _status(args: argparse.Namespace) -> int:
                 print("\033[H\033[J", end="")
             print(render_status(status) + ("\n" if args.watch else ""), flush=True)
         if not args.watch or status["status"] in ENDED:
+            if not args.json:  # the packages the stack follows, and the watcher's last tick
+                print("\n".join(status_section(farm)))
             return _outcome(status["status"])
         time.sleep(args.interval)
 
@@ -348,6 +351,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     public_key.add_argument("--out", default="wheelfoundry-provenance.pem")
     _common(public_key, json_flag=False)
     public_key.set_defaults(func=_guard(_public_key))
+    add_subscription_commands(sub, _common, _guard)
     listing = index_sub.add_parser("list", help="the index's channels, or a channel's wheels")
     listing.add_argument("channel", nargs="?")
     _common(listing)

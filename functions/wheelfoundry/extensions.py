@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv, walltime
+from wheelfoundry import buildenv, exclusions, walltime
 from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig, InstanceType
@@ -56,6 +56,8 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
         torch_version = resolved.torch_version or spec
         parsed = Version(torch_version)
         for python in (p for p in request.python if p in resolved.python):
+            if exclusions.excluded(request.exclude, torch=spec, cuda=cuda or "cpu", python=python, platform=platform):
+                continue
             cells.append(
                 CellSpec(
                     id=f"torch{torch_version}-cp{python.replace('.', '')}-{tid}",

@@ -135,6 +135,8 @@ class ExtensionRequest:
     image: RuntimeImage | None = None
     test: ExtensionTest | None = None
     build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted: the package's own build switches
+    # cells of the matrix left out (wheelfoundry.exclusions): each entry's sorted (key, value) pairs
+    exclude: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 Request = BuildRequest | ExtensionRequest

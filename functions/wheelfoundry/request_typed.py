@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wheelfoundry import images, semantics
+from wheelfoundry import exclusions, images, semantics
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
@@ -101,6 +101,7 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
             image=images.parse(data.get("image")),
             test=_test(data.get("test")),
             build_env=tuple(sorted(data["build_env"].items())),
+            exclude=exclusions.parse(data.get("exclude")),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(

@@ -34,6 +34,7 @@ SAM_TRANSFORM = "AWS::Serverless-2016-10-31"
 # Why a type is not emulated, where there is more to say than "moto has no model for it".
 NOT_EMULATED = {
     "AWS::SQS::QueuePolicy": "access policy; moto enforces no resource policies",
+    "AWS::SNS::TopicPolicy": "access policy; moto enforces no resource policies",
     "AWS::Lambda::EventInvokeConfig": "async retry settings; deliveries here are synchronous",
 }
 _NO_ZIP = ("__pycache__", ".pyc", ".pytest_cache", ".mypy_cache")
