@@ -8,7 +8,7 @@ SAM := .tools/sam/bin/sam
 CHECKOV := .tools/checkov/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test test-heavy corpus lint venv sam checkov clean docker docker-stop
+.PHONY: demo test test-heavy corpus lint docs venv sam checkov clean docker docker-stop
 
 $(STAMP): pyproject.toml examples/extension/setup.py functions/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,14 @@ lint: $(STAMP) $(SAM) $(CHECKOV)
 	# Offline and quiet: no policy download, no platform API; every skip carries its reason in the file.
 	$(CHECKOV) --skip-download --compact --quiet --framework cloudformation -f template.yaml
 	$(CHECKOV) --skip-download --compact --quiet --framework dockerfile -d buildspecs/images
+	# The documentation site (mkdocs.yml): a broken link or anchor, or a page left out of the nav, fails.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## The documentation site on http://127.0.0.1:8000 (docs/, mkdocs.yml); docs/performance.md comes from
+## bench/results/*.json: `$(BIN)/python tools/perf_docs.py` after a bench.
+docs: $(STAMP)
+	$(BIN)/python tools/perf_docs.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) .tools .wf-local dist build
+	rm -rf $(VENV) .tools .wf-local dist build site

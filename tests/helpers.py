@@ -59,10 +59,13 @@ def build_script() -> str:
 
 
 def readme_block(marker: str) -> str:
-    """The first ```bash block after ``marker`` in README.md: the commands a test runs as written."""
-    after = (ROOT / "README.md").read_text().split(marker, 1)[1]
-    match = re.search(r"```bash\n(.*?)```", after, re.S)
-    assert match, f"README lost the block after {marker}"
+    """The first ```bash block after ``marker`` in README.md or a page under docs/: the commands a test runs
+    as written (the marker names the test)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [page.read_text() for page in pages if marker in page.read_text()]
+    assert len(found) == 1, f"{marker} is on {len(found)} pages of README.md and docs/, not one"
+    match = re.search(r"```bash\n(.*?)```", found[0].split(marker, 1)[1], re.S)
+    assert match, f"the documentation lost the block after {marker}"
     return match.group(1)
 
 

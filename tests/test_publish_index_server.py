@@ -122,7 +122,7 @@ def test_a_file_over_the_limit_is_refused_naming_the_limit_and_the_options(index
     outcomes = {o.filename: o for o in send(index, [big, small], target)}
     refused = outcomes[big.name]
     assert refused.action == "refused" and "per-file limit of 0.002 MB" in refused.reason
-    for option in ("per-cell layout", "fewer archs in arch_list", "limit increase"):
+    for option in ("public channel", "fewer archs in arch_list", "limit increase"):
         assert option in refused.reason
     assert outcomes[small.name].action == "uploaded"
     assert served(index, big.name) is None and served(index, small.name) == small.read_bytes()

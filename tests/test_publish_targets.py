@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.publish_targets import CodeArtifactRepo, PublishTarget, over_limit, parse_target, parse_to
+from wheelfoundry.publish_targets import (
+    CodeArtifactRepo,
+    PublishTarget,
+    local_label,
+    over_limit,
+    parse_target,
+    parse_to,
+)
 from wheelfoundry.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,8 +128,33 @@ def test_over_limit_names_the_limit_and_the_ways_out() -> None:
     assert over_limit("x.whl", 100_000_000, PublishTarget("pypi")) is None
     why = over_limit("x.whl", 180_400_000, PublishTarget("pypi"))
     assert why is not None and "180.4 MB, over pypi's per-file limit of 100 MB" in why
-    assert "per-cell layout" in why and "fewer archs" in why and "limit increase" in why
+    assert "public channel" in why and "fewer archs" in why and "limit increase" in why
     assert over_limit("x.whl", 10**10, PublishTarget("url", url="https://x.example/")) is None  # no known limit
+
+
+def test_per_cell_wheels_aimed_at_pypi_are_refused_before_anything_is_built(tmp_path: Path) -> None:
+    for target in ("pypi", {"repository": "testpypi"}):
+        with pytest.raises(RequestInvalid) as caught:
+            parse_request({**DEMO, "layout": "per-cell", "options": {"publish": target}})
+        text = str(caught.value)
+        assert "options.publish" in text and "local version labels" in text and "PublicChannels=" in text, text
+    assert parse_request({**DEMO, "layout": "merged", "options": {"publish": "pypi"}}).options.publish
+    url = {"url": "https://pypi.example.org/upload/"}  # an index of one's own may take local versions
+    assert parse_request({**DEMO, "layout": "per-cell", "options": {"publish": url}}).options.publish
+    request = tmp_path / "per-cell-pypi.json"
+    request.write_text(json.dumps({**DEMO, "layout": "per-cell", "options": {"publish": "pypi"}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "wheelfoundry_cli.main", "plan", str(request)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "which pypi refuses" in done.stderr, done.stdout + done.stderr
+
+
+def test_upload_refuses_a_local_label_only_where_the_index_refuses_it() -> None:
+    labelled = "wf_x-0.3.0+pt211cu130-cp311-cp311-manylinux_2_28_x86_64.whl"
+    why = local_label(labelled, PublishTarget("testpypi"))
+    assert why is not None and "+pt211cu130" in why and "public channel" in why
+    assert local_label(labelled, PublishTarget("url", url="https://x.example/")) is None
+    assert local_label("wf_x-0.3.0-cp311-cp311-manylinux_2_28_x86_64.whl", PublishTarget("pypi")) is None
 
 
 def _settings(**kwargs: Any) -> Any:

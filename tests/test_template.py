@@ -46,8 +46,17 @@ def test_instances_have_no_inbound_port_imdsv2_and_terminate_on_shutdown() -> No
         assert "KeyName" not in data  # no SSH
 
 
+def _branches(statement: dict[str, Any]) -> list[dict[str, Any]]:
+    """A statement, or both sides of a conditional one (`!If [Cond, {...}, !Ref AWS::NoValue]`)."""
+    if "Fn::If" not in statement:
+        return [statement]
+    return [s for s in statement["Fn::If"][1:] if isinstance(s, dict) and "Ref" not in s]
+
+
 def _statements(policies: list[Any]) -> list[dict[str, Any]]:
-    return [s for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"]]
+    return [
+        b for p in policies if isinstance(p, dict) and "Statement" in p for s in p["Statement"] for b in _branches(s)
+    ]
 
 
 def test_s3_access_is_scoped_to_the_stacks_bucket() -> None:

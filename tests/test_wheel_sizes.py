@@ -52,7 +52,7 @@ def test_one_estimate_per_python_from_the_arch_list_and_a_warning_over_pypi_limi
     assert sizes[0].size == 4 * 6 * CUDA_BYTES_PER_ARCH + 2 * 1_000_000
     warned = warnings(sizes, PublishTarget("pypi"))
     assert len(warned) == 2 and "would exceed pypi's per-file limit of 100 MB" in warned[0]
-    assert "per-cell layout" in warned[0] and "fewer archs" in warned[0]
+    assert "public channel" in warned[0] and "fewer archs" in warned[0]
     assert warnings(sizes, PublishTarget("pypi", max_file_mb=400)) == []  # a project with a raised limit
     assert estimate(plan({**REQUEST, "layout": "per-cell"}).jobs) == []  # no merged wheel, nothing to add up
 

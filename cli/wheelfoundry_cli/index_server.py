@@ -1,5 +1,5 @@
 """Serve the private bucket's index to pip on localhost, signing each read with your credentials, and
-serving only wheels whose signed provenance verifies.
+serving only wheels whose signed provenance verifies (or a public channel's site, wheelfoundry_user.public).
 
 The bucket blocks public access, so pip cannot read it directly. This read-only proxy maps
 ``GET /simple/...`` and ``GET /wheels/...`` to S3 GetObject (``.../`` to ``.../index.html``) and
@@ -212,10 +212,11 @@ def serving(s3: Any, bucket: str, port: int = 0, keys: Any = None) -> Iterator[s
         server.server_close()
 
 
-def serve_forever(s3: Any, bucket: str, port: int, keys: Any = None) -> None:
+def serve_forever(s3: Any, bucket: str, port: int, keys: Any = None, label: str | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     server = make_server(s3, bucket, port, keys)
     how = f"wheels verified against {keys.describe()}" if keys is not None else "wheels NOT verified (--no-verify)"
-    print(f"serving s3://{bucket}/simple/ at http://127.0.0.1:{server.server_address[1]}/simple/<channel>/", flush=True)
+    where = label or f"s3://{bucket}/simple/"
+    print(f"serving {where} at http://127.0.0.1:{server.server_address[1]}/simple/<channel>/", flush=True)
     print(how, flush=True)
     server.serve_forever()

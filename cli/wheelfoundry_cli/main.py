@@ -31,7 +31,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
     record = _calibration(args.calibration)
-    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record)
+    profile = _source_profile(args.source)
+    plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record, profile=profile)
     checked = quota_lines([*plan.jobs, *plan.tests], config, args.quota, args.max_concurrency)  # as Validate
     sizes, size_lines = _wheel_sizes(plan, args.sizes_from)
     if args.json:
@@ -67,6 +68,18 @@ def _calibration(path: str | None) -> dict[str, Any] | None:
     return record
 
 
+def _source_profile(path: str | None) -> Any:
+    """--source: the extension's folder or sdist, whose translation units size a first run's estimate."""
+    if not path:
+        return None
+    from wheelfoundry.source_profile import from_path
+
+    try:
+        return from_path(Path(path))
+    except ValueError as exc:
+        raise RequestInvalid([Issue("--source", str(exc), path, ("a source folder", "an sdist .tar.gz"))]) from exc
+
+
 def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
     """Each merged wheel's estimated size, and a warning where it would exceed the publish target's limit."""
     from wheelfoundry_cli import wheel_sizes
@@ -93,24 +106,32 @@ def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
 
 def _index_serve(args: argparse.Namespace) -> int:
     from wheelfoundry_cli.index_server import serve_forever
-    from wheelfoundry_user import UserError, verify
+    from wheelfoundry_user import UserError, public, verify
     from wheelfoundry_user.farm import Farm
 
-    farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
     try:
-        keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
-        bucket = args.bucket or farm.bucket
+        if args.index_url:  # a public site: no AWS credentials, the key pinned by fingerprint
+            site = public.PublicIndex.parse(args.index_url)
+            pins = (args.key_fingerprint, args.public_key, args.index_url)
+            keys = None if args.no_verify else public.keyring_for(site, *pins)
+            origin: Any = public.HttpOrigin(site)
+            bucket, label = "public", f"{site.base}/simple/"
+        else:
+            farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
+            keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
+            bucket = args.bucket or farm.bucket
+            origin, label = farm.client("s3"), f"s3://{bucket}/simple/"
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     if keys is None:
         print("warning: --no-verify: wheels are served without checking their signed provenance", file=sys.stderr)
-    serve_forever(farm.client("s3"), bucket, args.port, keys)
+    serve_forever(origin, bucket, args.port, keys, label)
     return 0
 
 
 LOCAL_COMMANDS = frozenset({"local"})
-USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index"})
+USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index", "subscribe", "subscriptions"})
 
 
 def _command_word(argv: Sequence[str] | None) -> str | None:
@@ -142,13 +163,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         metavar="FILE",
         help="an earlier run's record of this source (calibration/<key>.json in the bucket): plan by its cells",
     )
+    plan.add_argument(
+        "--source",
+        metavar="PATH",
+        help="the extension's source folder or sdist: a first run's estimate from its C++ and CUDA units",
+    )
     add_builder_flags(plan)
     add_quota_flags(plan)
     plan.set_defaults(func=_plan_command)
+    add_catalog_commands(sub)
+    if not (everything or word == "index" or word in LOCAL_COMMANDS or word in USER_COMMANDS):
+        return parser  # `plan`, `catalog`: no AWS session, trust store or embedded AWS to import
     index = sub.add_parser("index", help="the private pip index in the wheel bucket")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     serve = index_sub.add_parser("serve", help="serve the index to pip on 127.0.0.1 (your AWS credentials)")
     serve.add_argument("--bucket", help="the stack's WheelBucketName output (default: read from --stack)")
+    serve.add_argument("--index-url", help="a public index instead (https://HOST/simple/), no AWS credentials needed")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     from wheelfoundry_user.farm import default_stack
@@ -158,7 +188,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--endpoint-url", help="e.g. `wheelfoundry local up`'s")
     add_trust_flags(serve, expectations=False)
     serve.set_defaults(func=_index_serve)
-    add_catalog_commands(sub)
     if everything or word in LOCAL_COMMANDS:
         try:
             from wheelfoundry_local.cli import add_local_commands

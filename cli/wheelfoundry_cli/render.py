@@ -31,7 +31,9 @@ def gpu_cell(job: Job) -> list[str]:
 
 def _cells(job: Job) -> tuple[list[str], ...]:
     packages = [f"{p.name} {p.version}" for p in job.packages]
-    target = job.target + (f" [{job.arch_list}]" if job.arch_list else "")
+    target = job.target + (f" [{job.arch_list}]" if job.arch_list and job.kind != "test" else "")
+    if job.kind == "test" and job.extension is not None:  # the cells it serves; their arch lists are the builds'
+        target += " (" + ", ".join(dict.fromkeys(c.build_id.split("-", 1)[1] for c in job.extension.cells)) + ")"
     return (
         [job.id],
         [target],
@@ -130,7 +132,8 @@ def wall_lines(plan: Plan) -> list[str]:
     lines = [f"wall time: the longest chain is {longest.id} ({longest.estimate.hours:.2f} h)"]
     if len(plan.jobs) > plan.lanes:
         lines[0] += f"; {len(plan.jobs)} jobs over {plan.lanes} at once"
-    if any(j.extension is not None for j in plan.jobs):
+    framework_target = getattr(plan.request, "wall_target", None)
+    if any(j.extension is not None for j in plan.jobs) or framework_target is not None:
         target = plan.jobs[0].options.max_wall_hours
         met = "met" if plan.wall_hours <= target else "NOT met (see the note)"
         lines[0] += f"; max_wall_hours {target:g}: {met}"

@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Read by `catalog verify` and by the watcher (functions/wheelfoundry), which cannot import this package.
+from wheelfoundry.wheel_metadata import metadata_cuda as metadata_cuda
+from wheelfoundry.wheel_metadata import metadata_python as metadata_python
+from wheelfoundry.wheel_metadata import metadata_requirements as metadata_requirements
+
 # Where each upstream file lives in the repositories that have held it (pytorch/pytorch since 2.6,
 # pytorch/builder up to 2.5, pytorch/test-infra for the domain libraries' matrix).
 CANDIDATES = {
@@ -188,32 +193,6 @@ def split_requirements(text: str) -> tuple[str, ...]:
 
 
 # --- wheel metadata, build strings, aarch64 ---------------------------------------------------------
-def metadata_requirements(text: str) -> tuple[str, ...]:
-    """Requires-Dist lines of a torch wheel that its CUDA build adds (nvidia-*, cuda-*, triton; not extras),
-    markers kept; the older ``name (==1.0) ; marker`` spelling (torch <= 2.6) read as ``name==1.0; marker``."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("Requires-Dist:") and "extra ==" not in line:
-            req = line.split(":", 1)[1].strip()
-            if req.startswith(("nvidia-", "cuda-", "triton")):
-                req = re.sub(r"^([\w.\[\],-]+)\s*\(([^)]*)\)\s*", r"\1\2", req)
-                out.append(req.replace(" ;", ";"))
-    return tuple(out)
-
-
-def metadata_cuda(text: str) -> str | None:
-    """The CUDA a torch wheel was built for, from its runtime pin ("13.0" from cuda-toolkit==13.0.3)."""
-    match = re.search(
-        r"^Requires-Dist:\s*(?:cuda-toolkit\S*==|nvidia-cuda-runtime-cu\d+\s*\(?==)(\d+\.\d+)", text, re.M
-    )
-    return match[1] if match else None
-
-
-def metadata_python(text: str) -> str | None:
-    match = re.search(r"^Requires-Python:\s*(\S+)", text, re.M)
-    return match[1] if match else None
-
-
 def wheel_manylinux(text: str) -> str | None:
     match = re.search(r"^Tag:\s*\S+-manylinux_(\d+_\d+)_x86_64", text, re.M)
     return match[1] if match else None

@@ -16,6 +16,7 @@ from wheelfoundry_user import EXIT_FAILED, EXIT_INVALID, EXIT_OK, NotFound, User
 from wheelfoundry_user.failures import readable
 from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
+from wheelfoundry_user.subscriptions import add_subscription_commands, status_section
 from wheelfoundry_user.tables import table
 from wheelfoundry_user.trust import add_trust_flags
 from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
@@ -91,6 +92,8 @@ def _status(args: argparse.Namespace) -> int:
                 print("\033[H\033[J", end="")
             print(render_status(status) + ("\n" if args.watch else ""), flush=True)
         if not args.watch or status["status"] in ENDED:
+            if not args.json:  # the packages the stack follows, and the watcher's last tick
+                print("\n".join(status_section(farm)))
             return _outcome(status["status"])
         time.sleep(args.interval)
 
@@ -108,17 +111,24 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from wheelfoundry_user import verify
+    from wheelfoundry_user import public, verify
 
-    farm = _farm(args)
     target = args.target
-    is_channel = target in channels(farm) and not target.startswith("arn:")
-    wheels = indexed(farm, target, args.package) if is_channel else run_wheels(farm, target, args.package)
+    store: Any
+    if public.is_url(target):  # a public channel: HTTPS, no AWS account, the key pinned by fingerprint
+        store = public.PublicIndex.parse(target)
+        wheels = indexed(store, store.need_channel(target), args.package)
+        pins = None if args.no_verify else (args.key_fingerprint, args.public_key)
+        keys = None if pins is None else public.keyring_for(store, *pins, target)
+    else:
+        store = _farm(args)
+        is_channel = target in channels(store) and not target.startswith("arn:")
+        wheels = indexed(store, target, args.package) if is_channel else run_wheels(store, target, args.package)
+        keys = None if args.no_verify else verify.keyring(store, args.public_key or [])
     if args.no_verify:
         print("warning: --no-verify: signatures NOT checked, only the sha256 the index lists", file=sys.stderr)
-    keys = None if args.no_verify else verify.keyring(farm, args.public_key or [])
     expect = Expect(keys, args.source, args.builder)
-    results = [download(farm, w, Path(args.dest), expect) for w in wheels]
+    results = [download(store, w, Path(args.dest), expect) for w in wheels]
     fetched, refused = [r for r in results if "refused" not in r], [r for r in results if "refused" in r]
     check = "signed" if keys else "index"
     rows = [(f["filename"], f"{f['size'] / 1024:.1f} KiB", f["sha256"][:16] + "...", check) for f in fetched]
@@ -190,15 +200,22 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from wheelfoundry_user import verify
+    from wheelfoundry_user import public, verify
 
-    if not args.wheels and not args.channel:
-        raise UserError("verify: name a WHEEL (file or URL) or --channel C")
-    farm = None if args.public_key and not args.channel else _farm(args)
-    keys = verify.keyring(farm, args.public_key or [])
+    if not args.wheels and not args.channel and not args.index_url:
+        raise UserError("verify: name a WHEEL (file or URL), --channel C or --index-url URL")
+    site_url = args.index_url or next((w for w in args.wheels if public.is_url(w)), None)
+    if args.key_fingerprint or args.index_url:  # a public site's wheels against the key the user pinned
+        assert site_url is not None
+        keys = public.keyring_for(public.PublicIndex.parse(site_url), args.key_fingerprint, args.public_key, site_url)
+    else:
+        keys = verify.keyring(None if args.public_key and not args.channel else _farm(args), args.public_key or [])
     items = [t for spec in args.wheels for t in verify.targets(spec, args.provenance)]
     if args.channel:
         items += verify.channel_targets(_farm(args), args.channel)
+    if args.index_url:
+        site = public.PublicIndex.parse(args.index_url)
+        items += verify.channel_targets(site, site.need_channel(args.index_url))
     request = Path(args.request) if args.request else None
     verdicts = verify.verify_all(items, keys, args.source, request, args.builder)
     data = [{"wheel": v.filename, "ok": v.ok, "reason": v.reason} for v in verdicts]
@@ -229,11 +246,15 @@ def _publish(args: argparse.Namespace) -> int:
 
 def _public_key(args: argparse.Namespace) -> int:
     from wheelfoundry_user import verify
+    from wheelfoundry_user.trust import TrustedKey
 
     pem = verify.public_key_pem(_farm(args))
     Path(args.out).write_bytes(pem)
+    fingerprint = TrustedKey(pem, args.out).fingerprint
     print(
-        f"{args.out}: the provenance public key of stack {args.stack} (`wheelfoundry verify --public-key {args.out}`)"
+        f"{args.out}: the provenance public key of stack {args.stack} (`wheelfoundry verify --public-key {args.out}`)\n"
+        f"fingerprint (sha256): {fingerprint}\n"
+        f"users of a public channel pin it: wheelfoundry fetch|verify ... --key-fingerprint {fingerprint}"
     )
     return EXIT_OK
 
@@ -287,7 +308,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     fetch = sub.add_parser(
         "fetch", help="download a run's or a channel's wheels, each only if its signed provenance verifies"
     )
-    fetch.add_argument("target", metavar="RUN|CHANNEL")
+    fetch.add_argument("target", metavar="RUN|CHANNEL|URL", help="a run, a channel, or a public channel's index URL")
     fetch.add_argument("package", nargs="?")
     fetch.add_argument("--dest", required=True)
     add_trust_flags(fetch)
@@ -301,6 +322,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     verify = sub.add_parser("verify", help="check wheels against their signed provenance: signature, sha256, source")
     verify.add_argument("wheels", nargs="*", metavar="WHEEL|URL", help="wheel files or URLs (provenance beside each)")
     verify.add_argument("--channel", help="every wheel of this channel, from the stack's bucket")
+    verify.add_argument("--index-url", help="every wheel of a public channel: https://HOST/simple/CHANNEL/")
     verify.add_argument("--provenance", help="the envelope, when not beside the wheel as WHEEL.provenance.json")
     add_trust_flags(verify, no_verify=False)
     verify.add_argument("--request", help="fail unless the statement's request equals this JSON file")
@@ -329,6 +351,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     public_key.add_argument("--out", default="wheelfoundry-provenance.pem")
     _common(public_key, json_flag=False)
     public_key.set_defaults(func=_guard(_public_key))
+    add_subscription_commands(sub, _common, _guard)
     listing = index_sub.add_parser("list", help="the index's channels, or a channel's wheels")
     listing.add_argument("channel", nargs="?")
     _common(listing)

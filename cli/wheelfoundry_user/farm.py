@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from wheelfoundry_user import AwsProblem, NotFound
 
@@ -152,6 +153,23 @@ class Farm:
                 return None
             raise aws_problem(exc) from None
         return body
+
+    def stream(self, key: str, into: IO[bytes]) -> tuple[str, int] | None:
+        """Copy an object into a file; its sha256 and size, or None when it is not in the bucket."""
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client("s3").get_object(Bucket=self.bucket, Key=key)["Body"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise aws_problem(exc) from None
+        digest, size = hashlib.sha256(), 0
+        for chunk in iter(lambda: body.read(1 << 20), b""):
+            digest.update(chunk)
+            into.write(chunk)
+            size += len(chunk)
+        return digest.hexdigest(), size
 
     def get_json(self, key: str) -> Any:
         body = self.get(key)

@@ -203,7 +203,17 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
         "report": report,
         "failures": [asdict(f) for f in failures],
         "bucket": farm.bucket,
+        "public": _public(farm, plan.get("channel"), report),
     }
+
+
+def _public(farm: Farm, channel: str | None, report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A public channel's URLs, as its users type them (the stack's PublicIndexUrl output)."""
+    from wheelfoundry.edge import public_urls
+
+    outputs = farm.outputs
+    variants = ((report or {}).get("index") or {}).get("variants") or []
+    return public_urls(channel or "", outputs.get("PublicIndexUrl", ""), outputs.get("PublicChannels", ""), variants)
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -218,6 +228,9 @@ def render_status(status: dict[str, Any]) -> str:
     lines = [head]
     if status.get("layout"):  # which layout the published wheels have, and why (wheelfoundry.aws.merging)
         lines.append(f"layout {status['layout']['chosen']}: {status['layout']['why']}")
+    if status.get("public"):  # anyone installs from it, no AWS account (wheelfoundry.edge)
+        lines.append(f"public index: pip install NAME --index-url {status['public']['index_url']}")
+        lines += [f"  find-links: pip install NAME -f {url}" for url in status["public"]["find_links"]]
     if jobs:
         rows: list[tuple[object, ...]] = [
             (

@@ -173,6 +173,12 @@ def add_trust_flags(parser: Any, expectations: bool = True, no_verify: bool = Tr
         metavar="PEM",
         help="trust this key (repeatable: earlier keys too) instead of the stack's from KMS; works offline",
     )
+    parser.add_argument(
+        "--key-fingerprint",
+        action="append",
+        metavar="SHA256",
+        help="a public index: trust the key it serves at keys/SHA256.pem, only if its fingerprint is this (repeatable)",
+    )
     if expectations:
         parser.add_argument("--source", help="refuse unless the statement's source has this URI, sha256 or commit")
         parser.add_argument(

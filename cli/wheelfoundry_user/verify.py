@@ -15,13 +15,16 @@ import json
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheelfoundry.errors import ProvenanceInvalid
 from wheelfoundry.provenance import SUFFIX, open_envelope
 from wheelfoundry_user import NotFound, trust
 from wheelfoundry_user.farm import Farm, aws_problem
 from wheelfoundry_user.trust import Keyring, Unverified
+
+if TYPE_CHECKING:
+    from wheelfoundry_user.wheels import Store
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ def targets(spec: str, provenance: str | None) -> list[tuple[str, bytes | None, 
     return [(path.name, path.read_bytes(), beside.read_bytes() if beside.is_file() else None)]
 
 
-def channel_targets(farm: Farm, channel: str) -> list[tuple[str, bytes | None, bytes | None]]:
+def channel_targets(farm: Store, channel: str) -> list[tuple[str, bytes | None, bytes | None]]:
     from wheelfoundry_user.wheels import indexed
 
     return [(w.filename, farm.get(w.key), farm.get(w.key + SUFFIX)) for w in indexed(farm, channel)]

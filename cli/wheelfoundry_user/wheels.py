@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
-import hashlib
 import html
 import os
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name
 
 from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user import NotFound, NotReady
-from wheelfoundry_user.farm import Farm, aws_problem
+from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.trust import Keyring
+
+
+class Store(Protocol):
+    """Where a channel's files are read from: the stack's bucket (Farm) or a public site (PublicIndex)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def keys(self, prefix: str, delimiter: str | None = None) -> list[str]: ...
+
+    def stream(self, key: str, into: IO[bytes]) -> tuple[str, int] | None: ...
+
 
 LINK = re.compile(r'<a href="([^"]+)"[^>]*>([^<]+)</a>')
 CHANNEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -36,17 +45,17 @@ class IndexedWheel:
         return f"wheels/{self.channel}/{self.project}/{self.filename}"
 
 
-def channels(farm: Farm) -> list[str]:
+def channels(farm: Store) -> list[str]:
     return sorted(p[len("simple/") :].rstrip("/") for p in farm.keys("simple/", delimiter="/"))
 
 
-def _check_channel(farm: Farm, channel: str) -> None:
+def _check_channel(farm: Store, channel: str) -> None:
     if not CHANNEL.fullmatch(channel) or farm.get(f"simple/{channel}/index.html") is None:
         known = ", ".join(channels(farm)) or "none yet"
         raise NotFound(f"no channel {channel!r} in the index (channels: {known})")
 
 
-def indexed(farm: Farm, channel: str, package: str | None = None) -> list[IndexedWheel]:
+def indexed(farm: Store, channel: str, package: str | None = None) -> list[IndexedWheel]:
     """The channel's wheels as its PEP 503 pages list them (the sha256 the index promises)."""
     _check_channel(farm, channel)
     root = (farm.get(f"simple/{channel}/index.html") or b"").decode()
@@ -93,25 +102,7 @@ class Expect:
     builder: str | None = None
 
 
-def _stream(farm: Farm, key: str, into: Any) -> tuple[str, int] | None:
-    """Copy an object into a file; its sha256 and size, or None when it is not in the bucket."""
-    from botocore.exceptions import ClientError
-
-    try:
-        body = farm.client("s3").get_object(Bucket=farm.bucket, Key=key)["Body"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-            return None
-        raise aws_problem(exc) from None
-    digest, size = hashlib.sha256(), 0
-    for chunk in iter(lambda: body.read(CHUNK), b""):
-        digest.update(chunk)
-        into.write(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def download(farm: Farm, wheel: IndexedWheel, dest: Path, expect: Expect) -> dict[str, Any]:
+def download(farm: Store, wheel: IndexedWheel, dest: Path, expect: Expect) -> dict[str, Any]:
     """One wheel into ``dest``, only once it passed; a refused wheel leaves no file there.
 
     The bytes go to a hidden temporary file in ``dest`` (the same file system, so the final rename is
@@ -122,7 +113,7 @@ def download(farm: Farm, wheel: IndexedWheel, dest: Path, expect: Expect) -> dic
     out: dict[str, Any] = {"filename": wheel.filename, "path": str(dest / wheel.filename), "verified": False}
     with tempfile.NamedTemporaryFile(dir=dest, prefix=f".{wheel.filename}.", suffix=".part", delete=False) as tmp:
         try:
-            got = _stream(farm, wheel.key, tmp)
+            got = farm.stream(wheel.key, tmp)
         except BaseException:
             Path(tmp.name).unlink(missing_ok=True)
             raise
@@ -141,7 +132,7 @@ def download(farm: Farm, wheel: IndexedWheel, dest: Path, expect: Expect) -> dic
 
 
 def _refusal(
-    farm: Farm, wheel: IndexedWheel, got: tuple[str, int] | None, expect: Expect
+    farm: Store, wheel: IndexedWheel, got: tuple[str, int] | None, expect: Expect
 ) -> tuple[str | None, bytes | None]:
     """Why this download may not be kept (None: it may), and the envelope that vouched for it."""
     from wheelfoundry_user.verify import check_digest

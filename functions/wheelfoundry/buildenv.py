@@ -9,9 +9,6 @@ from __future__ import annotations
 import hashlib
 import re
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.jobs import ImageSpec, StackContext
@@ -162,6 +159,10 @@ def library_env(name: str, accelerator: str) -> dict[str, str]:
 def toolkit_requirements(lines: tuple[str, ...], extension: bool = False) -> tuple[str, ...]:
     """The lines of a slim wheel's Requires-Dist that are CUDA toolkit parts (nvidia-*, cuda-toolkit):
     what the builder's toolkit lock installs to compile against. An extension leaves out FRAMEWORK_ONLY."""
+    # Only CUDA jobs get here: the requirement parser is packaging's slowest import (plan's start-up).
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     found = []
     for line in lines:
         try:

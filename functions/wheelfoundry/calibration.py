@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from wheelfoundry.config import FarmConfig
+from wheelfoundry.source_profile import SourceProfile
 from wheelfoundry.walltime import CellCost
 
 KEEP = 64  # recorded cells per source: the newest
@@ -40,8 +41,26 @@ def model_work(cuda: bool, archs: int, config: FarmConfig) -> float:
     return float(model["cuda"]) + float(model["cuda_per_arch"]) * archs
 
 
-def cell_cost(cuda: bool, archs: int, config: FarmConfig, record: Mapping[str, Any] | None = None) -> CellCost:
-    """The cell's compile core-hours and serial hours: recorded runs of this source where there are any."""
+def profiled_work(cuda: bool, archs: int, profile: SourceProfile, config: FarmConfig) -> float:
+    """Compile core-hours of one cell from the units the source holds (config.toml ``extension_source``)."""
+    fit = config.estimates["extension_source"]
+    power = float(fit["unit_exponent"])
+    seconds = float(fit["cpp_unit_seconds"]) * profile.cpp_units**power
+    if cuda:
+        per_cu = float(fit["cu_unit_seconds"]) + float(fit["cu_arch_seconds"]) * archs
+        seconds += per_cu * profile.cu_units**power
+    return float(seconds) / 3600
+
+
+def cell_cost(
+    cuda: bool,
+    archs: int,
+    config: FarmConfig,
+    record: Mapping[str, Any] | None = None,
+    profile: SourceProfile | None = None,
+) -> CellCost:
+    """The cell's compile core-hours and serial hours: recorded runs of this source where there are any,
+    else what the source holds (``profile``), else the catalog's model."""
     work, serial = model_work(cuda, archs, config), float(config.estimates["extension_cell_serial"])
     cells = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and bool(c.get("cuda")) == cuda]
     ratios, serials, widths = [], [], []
@@ -54,6 +73,10 @@ def cell_cost(cuda: bool, archs: int, config: FarmConfig, record: Mapping[str, A
             continue
         with contextlib.suppress(KeyError, TypeError, ValueError):  # measured cells: (cores kept busy, given)
             widths.append((min(256.0, max(0.05, float(cell["width"]))), max(1.0, float(cell["cores"]))))
+    units = profile.units(cuda) if profile is not None and profile.units(cuda) else None
+    if not ratios and units is not None and profile is not None:
+        profiled = round(max(profiled_work(cuda, archs, profile, config), 1e-4), 4)
+        return CellCost(profiled, serial, f"the source's {profile.describe()}", units=units)
     if not ratios:
         return CellCost(round(work, 4), serial, "catalog model")
     ratio = statistics.median(ratios)

@@ -37,11 +37,18 @@ class Issue:
 class RequestInvalid(WheelFoundryError):
     """The request breaks the schema or the catalog; carries every problem at once."""
 
-    def __init__(self, issues: Iterable[Issue]):
+    def __init__(self, issues: Iterable[Issue], what: str = "the build request"):
         self.issues: tuple[Issue, ...] = tuple(issues)
         count = len(self.issues)
         lines = "\n".join(f"  - {issue}" for issue in self.issues)
-        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the build request:\n{lines}")
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in {what}:\n{lines}")
+
+
+class SubscriptionInvalid(RequestInvalid):
+    """A subscription breaks its schema, or its build fields would make every request it starts invalid."""
+
+    def __init__(self, issues: Iterable[Issue]):
+        super().__init__(issues, "the subscription")
 
 
 class GuardrailExceeded(RequestInvalid):

@@ -18,10 +18,10 @@ from typing import Any
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv, walltime
+from wheelfoundry import buildenv, exclusions, walltime
 from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
-from wheelfoundry.config import FarmConfig
+from wheelfoundry.config import FarmConfig, InstanceType
 from wheelfoundry.jobs import (
     CellSpec,
     Estimate,
@@ -34,6 +34,7 @@ from wheelfoundry.jobs import (
 from wheelfoundry.model import ExtensionRequest, ExtensionSource
 from wheelfoundry.resolve import resolve_version
 from wheelfoundry.sizing import choose_instance, ec2_usd_per_hour, max_jobs
+from wheelfoundry.source_profile import SourceProfile
 from wheelfoundry.targets import target_id, variant
 from wheelfoundry.walltime import CellCost
 
@@ -55,6 +56,8 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
         torch_version = resolved.torch_version or spec
         parsed = Version(torch_version)
         for python in (p for p in request.python if p in resolved.python):
+            if exclusions.excluded(request.exclude, torch=spec, cuda=cuda or "cpu", python=python, platform=platform):
+                continue
             cells.append(
                 CellSpec(
                     id=f"torch{torch_version}-cp{python.replace('.', '')}-{tid}",
@@ -76,16 +79,28 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
     return catalog.toolkit_for(release, cuda, platform).default_arch_list
 
 
+def right_sized(found: list[walltime.Option], config: FarmConfig, platform: str) -> list[walltime.Option]:
+    """Without a record of the source, the smaller instance types (``extension_instances_measured``) only
+    where they hold the wall time of the default type with as many shards: cells that cannot use a large
+    instance get a smaller one that costs less and takes no longer."""
+    small = set(config.extension_instances_measured.get(platform, ()))
+    default = config.extension_instances.get(platform, ("",))[0]
+    walls = {o.shards: o.wall for o in found if o.instance.name == default}
+    return [o for o in found if o.instance.name not in small or o.wall <= walls.get(o.shards, 0.0) + 1e-9]
+
+
 def plan_extension(
     request: ExtensionRequest,
     catalog: Catalog,
     config: FarmConfig,
     context: StackContext,
     record: Mapping[str, Any] | None = None,
-) -> tuple[tuple[Job, ...], list[str]]:
+    profile: SourceProfile | None = None,
+) -> tuple[tuple[Job, ...], list[str], dict[str, CellCost]]:
     """The request's jobs: each (platform, CUDA toolkit)'s cells on as many instances as the cheapest layout
     meeting ``options.max_wall_hours`` needs (wheelfoundry.walltime); ``record``: this source's recorded
-    cells (wheelfoundry.calibration), None for the catalog's model."""
+    cells (wheelfoundry.calibration), None for the catalog's model; ``profile``: what the source holds, for
+    a first run. Also each job's cell cost (for its sizing note, once its executor is known)."""
     groups = []
     for cuda_spec in request.cuda:
         cuda = None if cuda_spec == "cpu" else cuda_spec
@@ -94,8 +109,9 @@ def plan_extension(
             if cells:
                 arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
                 archs = walltime.arch_count(arch_list) if cuda else 1
-                cost = cell_cost(bool(cuda), archs, config, record)
+                cost = cell_cost(bool(cuda), archs, config, record, profile)
                 found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
+                found = found if cost.recorded else right_sized(found, config, platform)
                 found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
                 groups.append((cuda, platform, cells, arch_list, cost, found))
     rails = config.guardrails
@@ -107,6 +123,7 @@ def plan_extension(
     )
     jobs: list[Job] = []
     notes: list[str] = []
+    costs: dict[str, CellCost] = {}
     for (cuda, platform, cells, arch_list, cost, _), chosen in zip(groups, layout.chosen, strict=True):
         start = 0
         for part, size in enumerate(walltime.shard_sizes(len(cells), chosen.shards), start=1):
@@ -115,27 +132,64 @@ def plan_extension(
             suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
             job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
             jobs.append(job)
-            archs = walltime.arch_count(arch_list)
-            slots = walltime.compile_slots(chosen.instance, size, bool(cuda), archs, config, cost=cost)
-            threads = f", nvcc --threads {slots.threads}" if cuda else ""
-            busy = walltime.cores_busy(chosen.instance, [size], [slots])
-            notes.append(
-                f"{job.id}: {size} cell(s) on one {chosen.instance.name}, {slots.cells} at a time, "
-                f"MAX_JOBS {slots.jobs}{threads}; expected cores busy {busy:.2f} ({slots.width:g} a cell); "
-                f"{cost.work:.2f} core-h + {cost.serial:.2f} h a cell ({cost.source})"
-                + (
-                    ""
-                    if cost.recorded
-                    else "; not measured yet: a run records what its cells use, the next plan sizes by it"
-                )
-            )
+            costs[job.id] = cost
     if not layout.met:
         notes.append(
             f"max_wall_hours {request.options.max_wall_hours:g} cannot be met within this stack's guardrails "
             f"({min(rails.max_jobs, rails.max_concurrent_jobs)} jobs at once, {rails.max_instance_hours:g} "
             f"instance-hours): the fastest layout takes {layout.wall:.2f} h"
         )
-    return tuple(jobs), notes
+    return tuple(jobs), notes, costs
+
+
+def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
+    """How ``job``'s cells share the machine its executor gives them (an EC2 instance or a CodeBuild
+    container), what a cell is expected to keep busy, and where the cell's figure came from."""
+    ext = job.extension
+    assert ext is not None
+    cuda, archs, size = bool(job.cuda), walltime.arch_count(job.arch_list), len(ext.cells)
+    if job.executor == "codebuild" and job.compute_type:
+        compute = next(c for c in config.codebuild.compute_types[job.platform] if c.name == job.compute_type)
+        machine = InstanceType(compute.name, compute.arch, compute.vcpus, compute.memory_gib, 0.0)
+        where = f"in one CodeBuild {compute.name} build ({compute.vcpus} vCPUs, {compute.memory_gib:g} GiB)"
+        config = dataclasses.replace(config, reserve_gib=config.codebuild.reserve_gib)
+    else:
+        machine = config.instance_types[job.instance.type]
+        where = f"on one {machine.name} ({machine.vcpus} vCPUs)"
+    slots = walltime.compile_slots(machine, size, cuda, archs, config, cost=cost)
+    threads = f", nvcc --threads {slots.threads}" if cuda else ""
+    busy = walltime.cores_busy(machine, [size], [slots])
+    later = "" if cost.recorded else "; not measured yet: a run records what its cells use, the next plan sizes by it"
+    return (
+        f"{job.id}: {size} cell(s) {where}, {slots.cells} at a time, MAX_JOBS {slots.jobs}{threads}; "
+        f"expected cores busy {busy:.2f} ({slots.width:g} a cell); {cost.work:.2f} core-h + {cost.serial:.2f} h "
+        f"a cell ({cost.source}){later}"
+    )
+
+
+def sizing_reason(job: Job, cost: CellCost, config: FarmConfig) -> str:
+    """Why an EC2 extension job has the instance type it has (``plan --explain``)."""
+    default = config.extension_instances.get(job.platform, ("",))[0]
+    ext = job.extension
+    assert ext is not None
+    if job.instance.type == default or job.executor != "ec2":
+        return ""
+    slots = walltime.compile_slots(
+        config.instance_types[job.instance.type],
+        len(ext.cells),
+        bool(job.cuda),
+        walltime.arch_count(job.arch_list),
+        config,
+        cost=cost,
+    )
+    if job.instance.vcpus < config.instance_types[default].vcpus:
+        return (
+            f"; instance {job.instance.type}, not {default}: its {len(ext.cells)} cell(s) keep at most "
+            f"{slots.width:g} core(s) busy each ({cost.source}), so the smaller instance takes as long for less"
+        )
+    return (
+        f"; instance {job.instance.type}: the cheapest layout that meets max_wall_hours {job.options.max_wall_hours:g}"
+    )
 
 
 def source_version(source: ExtensionSource) -> str:

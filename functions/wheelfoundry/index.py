@@ -1,106 +1,82 @@
-"""A PEP 503 simple index with PEP 658 metadata, written into the bucket for one channel.
+"""A PEP 503 simple index with PEP 658 metadata and PEP 691 JSON, written into the bucket for one channel.
 
 Layout: ``simple/<channel>/`` lists projects, ``simple/<channel>/<project>/`` lists files that
-live under ``wheels/<channel>/<project>/``. Each page is stored twice, as ``.../index.html`` and
-under the key ending in ``/``, so both a static website and plain GETs of the directory URL work.
+live under ``wheels/<channel>/<project>/``. Each page is stored as ``.../index.html`` and under the key
+ending in ``/`` (plain GETs of the directory URL), and as ``.../index.v1.json`` (wheelfoundry.index_pages).
 Publishing rewrites pages from what is in the bucket: it is idempotent, deletes nothing, and runs
-publishing into one channel at once take turns (``publish_index``).
-
-A wheel with a signed provenance envelope beside it (``<wheel>.provenance.json``, wheelfoundry.provenance)
-gets ``data-wf-provenance="<url>"``. Not PEP 740's ``data-provenance``: that URL must serve a PEP 740
-provenance object, whose attestations carry a Sigstore certificate and transparency-log entries; ours is
-a DSSE envelope signed by the stack's KMS key, which a PEP 740 client would (rightly) reject.
+publishing into one channel at once take turns (``publish_index``). A public channel's changed pages
+are then invalidated at the edge (wheelfoundry.edge).
 """
 
 from __future__ import annotations
 
-import html
+import hashlib
 import json
 import random
 import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from wheelfoundry import edge as edges
 from wheelfoundry.errors import IndexConflict
+from wheelfoundry.index_pages import (
+    HTML_TYPE,
+    JSON_PAGE,
+    JSON_TYPE,
+    IndexFile,
+    render_find_links,
+    render_project,
+    render_project_json,
+    render_root,
+    render_root_json,
+)
 from wheelfoundry.provenance import SUFFIX as PROVENANCE_SUFFIX
 
-HTML_TYPE = "text/html; charset=utf-8"
+__all__ = ["STATE", "IndexFile", "publish_index", "render_project", "render_root", "scan"]
+
 STATE = ".index-state.json"  # simple/<channel>/.index-state.json: the last publish's listing, and its turn
 CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3: the state file changed since it was read
 VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
 
-@dataclass(frozen=True)
-class IndexFile:
-    filename: str
-    sha256: str
-    requires_python: str | None
-    metadata_sha256: str | None
-    provenance: bool = False
-    variants: tuple[str, ...] = ()  # torch-2.13.0+cpu: the (torch, CUDA) indexes that list a per-cell wheel
+class Pages:
+    """Writes a publish's pages and remembers each one's sha256, so the next publish knows what changed."""
+
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self.s3, self.bucket = s3, bucket
+        self.digests: dict[str, str] = {}
+
+    def put(self, key: str, body: str, content_type: str) -> None:
+        data = body.encode()
+        self.s3.put_object(
+            Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, CacheControl=edges.PAGE_CACHE
+        )
+        if not key.endswith("/"):
+            self.digests[key] = hashlib.sha256(data).hexdigest()
+
+    def folder(self, prefix: str, html_body: str, json_body: str) -> None:
+        for key in (f"{prefix}index.html", prefix):
+            self.put(key, html_body, HTML_TYPE)
+        self.put(f"{prefix}{JSON_PAGE}", json_body, JSON_TYPE)
+
+    def changed(self, before: dict[str, str]) -> list[str]:
+        return sorted(k for k, digest in self.digests.items() if before.get(k) != digest)
 
 
-def _page(title: str, links: list[str]) -> str:
-    body = "\n".join(links)
-    return (
-        "<!DOCTYPE html>\n<html>\n<head>\n"
-        '<meta name="pypi:repository-version" content="1.1">\n'
-        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
-        f"{body}\n</body>\n</html>\n"
-    )
-
-
-def render_root(channel: str, projects: list[str]) -> str:
-    links = [f'<a href="{quote(p)}/">{html.escape(p)}</a><br/>' for p in sorted(projects)]
-    return _page(f"WheelFoundry index: {channel}", links)
-
-
-def render_project(channel: str, project: str, files: list[IndexFile], up: str = "../../../") -> str:
-    return _page(f"Links for {project}", _links(channel, files, up))
-
-
-def render_find_links(channel: str, variant: str, files: list[IndexFile]) -> str:
-    """``simple/<channel>/torch-2.13.0+cpu.html``: every wheel built for that torch, for ``pip install -f``."""
-    return _page(f"WheelFoundry {channel}: wheels for {variant}", _links(channel, files, "../../"))
-
-
-def _links(channel: str, files: list[IndexFile], up: str) -> list[str]:
-    links = []
-    for f in sorted(files, key=lambda f: f.filename):
-        project = canonicalize_name(parse_wheel_filename(f.filename)[0])
-        href = f"{up}wheels/{quote(channel)}/{quote(project)}/{quote(f.filename)}#sha256={f.sha256}"
-        attrs = [f'href="{html.escape(href)}"']
-        if f.requires_python:
-            attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
-        if f.metadata_sha256:
-            # PEP 714 spells it data-core-metadata; older pip reads data-dist-info-metadata.
-            attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
-            attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
-        if f.provenance:
-            where = f"{up}wheels/{quote(channel)}/{quote(project)}/{quote(f.filename + PROVENANCE_SUFFIX)}"
-            attrs.append(f'data-wf-provenance="{html.escape(where)}"')
-        links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>")
-    return links
-
-
-def _listing(s3: Any, bucket: str, prefix: str) -> dict[str, str]:
-    """Every key under the prefix with its ETag (one LIST call per 1000 keys)."""
+def _listing(s3: Any, bucket: str, prefix: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Every key under the prefix with its ETag, and its size (one LIST call per 1000 keys)."""
     keys: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.update((obj["Key"], obj.get("ETag", "")) for obj in page.get("Contents", []))
-    return keys
-
-
-def _put_page(s3: Any, bucket: str, prefix: str, body: str) -> None:
-    for key in (f"{prefix}index.html", prefix):
-        s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType=HTML_TYPE, CacheControl="max-age=60")
+        for obj in page.get("Contents", []):
+            keys[obj["Key"]] = obj.get("ETag", "")
+            sizes[obj["Key"]] = int(obj.get("Size", 0))
+    return keys, sizes
 
 
 def _read_state(s3: Any, bucket: str, key: str) -> tuple[str | None, dict[str, Any]]:
@@ -140,12 +116,13 @@ def scan(s3: Any, bucket: str, channel: str, known: dict[str, Any] | None = None
     ``known`` is the last publish's answer (its state file): unchanged wheels are not HEADed again, so
     a channel's N-th publish costs its LIST pages plus the new wheels, not N HEADs.
     """
-    listing = _listing(s3, bucket, f"wheels/{channel}/")
+    listing, sizes = _listing(s3, bucket, f"wheels/{channel}/")
     entries = {}
     for key in sorted(listing):
         if key.endswith(".whl"):
             entries[key] = _entry(s3, bucket, key, listing, known or {})
             entries[key]["provenance"] = f"{key}{PROVENANCE_SUFFIX}" in listing
+            entries[key]["size"] = sizes[key]
     return entries
 
 
@@ -156,7 +133,13 @@ def _projects(entries: dict[str, dict[str, Any]]) -> dict[str, list[IndexFile]]:
         project = canonicalize_name(parse_wheel_filename(filename)[0])
         projects[project].append(
             IndexFile(
-                filename, e["sha256"], e["requires_python"], e["metadata_sha256"], e["provenance"], tuple(e["variants"])
+                filename,
+                e["sha256"],
+                e["requires_python"],
+                e["metadata_sha256"],
+                e["provenance"],
+                tuple(e["variants"]),
+                e.get("size"),
             )
         )
     return projects
@@ -167,7 +150,13 @@ def _jittered(attempt: int) -> None:
 
 
 def publish_index(
-    s3: Any, bucket: str, channel: str, attempts: int = 8, pause: Callable[[int], None] = _jittered
+    s3: Any,
+    bucket: str,
+    channel: str,
+    attempts: int = 8,
+    pause: Callable[[int], None] = _jittered,
+    public: edges.Edge | None = None,
+    clients: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Rewrite the channel's pages from the bucket, safe against runs publishing into it at once.
 
@@ -179,18 +168,29 @@ def publish_index(
     again. The last successful writer read the state after every earlier write, so its listing holds
     every wheel put before any successful publish; a stale page write is always followed by its own
     writer's retry.
+
+    ``public``: the stack's public channels (wheelfoundry.edge); when it serves this channel, the winner
+    invalidates the pages whose bytes changed since the state it read (every page of the channel after a
+    lost race, whose stale writes the edge may have seen), and the provenance key is published for
+    consumers to pin. ``clients`` then holds ``cloudfront`` and ``kms``.
     """
     state_key = f"simple/{channel}/{STATE}"
     for attempt in range(attempts):
         etag, state = _read_state(s3, bucket, state_key)
         entries = scan(s3, bucket, channel, state.get("wheels"))
         projects = _projects(entries)
+        pages = Pages(s3, bucket)
         for project, files in projects.items():
-            _put_page(s3, bucket, f"simple/{channel}/{project}/", render_project(channel, project, files))
-        _put_page(s3, bucket, f"simple/{channel}/", render_root(channel, list(projects)))
-        variants = publish_variants(s3, bucket, channel, projects)
+            pages.folder(
+                f"simple/{channel}/{project}/",
+                render_project(channel, project, files),
+                render_project_json(channel, project, files),
+            )
+        pages.folder(f"simple/{channel}/", render_root(channel, list(projects)), render_root_json(list(projects)))
+        variants = publish_variants(pages, channel, projects)
         condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-        body = json.dumps({"format": 1, "channel": channel, "wheels": entries}, sort_keys=True).encode()
+        record = {"format": 1, "channel": channel, "wheels": entries, "pages": pages.digests}
+        body = json.dumps(record, sort_keys=True).encode()
         try:
             s3.put_object(Bucket=bucket, Key=state_key, Body=body, ContentType="application/json", **condition)
         except ClientError as e:
@@ -198,20 +198,48 @@ def publish_index(
                 raise
             pause(attempt)
             continue
-        return {
+        result = {
             "channel": channel,
             "index_prefix": f"simple/{channel}/",
             "projects": {p: len(f) for p, f in sorted(projects.items())},
             "variants": variants,
             "attempts": attempt + 1,
         }
+        if public is not None and public.serves(channel):
+            result["edge"] = _refresh_edge(public, clients or {}, s3, bucket, channel, pages, state, attempt, body)
+        return result
     raise IndexConflict(
         f"the index of channel {channel!r} changed under each of {attempts} attempts to publish it "
         "(other runs publishing into it at once); the state machine retries"
     )
 
 
-def publish_variants(s3: Any, bucket: str, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
+def _refresh_edge(
+    public: edges.Edge,
+    clients: dict[str, Any],
+    s3: Any,
+    bucket: str,
+    channel: str,
+    pages: Pages,
+    before: dict[str, Any],
+    attempt: int,
+    state: bytes,
+) -> dict[str, Any]:
+    changed = pages.changed(before.get("pages") or {})
+    paths = edges.cache_paths(channel, changed, everything=attempt > 0)
+    reference = f"{channel}-{hashlib.sha256(state).hexdigest()[:40]}"  # the same publish retried: no second one
+    out: dict[str, Any] = {
+        "distribution": public.distribution_id,
+        "changed_pages": len(changed),
+        "invalidated": paths,
+        "invalidation": edges.invalidate(clients["cloudfront"], public.distribution_id, paths, reference),
+    }
+    if public.key_arn:
+        out["key_fingerprint"] = edges.publish_key(s3, clients["kms"], bucket, public.key_arn)
+    return out
+
+
+def publish_variants(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
     """Per-cell wheels: one index per (torch, CUDA) variant and a find-links page, as the PyG wheel index has.
 
     ``pip install NAME --index-url .../simple/<channel>/torch-2.13.0+cpu/`` or ``-f .../simple/<channel>/
@@ -222,12 +250,16 @@ def publish_variants(s3: Any, bucket: str, channel: str, projects: dict[str, lis
         for f in files:
             for variant in f.variants:
                 by_variant[variant][project].append(f)
+    up = "../../../../"
     for variant, found in by_variant.items():
         base = f"simple/{channel}/{variant}/"
         for project, files in found.items():
-            _put_page(s3, bucket, f"{base}{project}/", render_project(channel, project, files, "../../../../"))
-        _put_page(s3, bucket, base, render_root(f"{channel} {variant}", list(found)))
+            pages.folder(
+                f"{base}{project}/",
+                render_project(channel, project, files, up),
+                render_project_json(channel, project, files, up),
+            )
+        pages.folder(base, render_root(f"{channel} {variant}", list(found)), render_root_json(list(found)))
         every = [f for files in found.values() for f in files]
-        body = render_find_links(channel, variant, every).encode()
-        s3.put_object(Bucket=bucket, Key=f"simple/{channel}/{variant}.html", Body=body, ContentType=HTML_TYPE)
+        pages.put(f"simple/{channel}/{variant}.html", render_find_links(channel, variant, every), HTML_TYPE)
     return sorted(by_variant)

@@ -93,6 +93,9 @@ class BuildRequest:
     channel: str
     framework: Literal["pytorch"] = "pytorch"
     image: RuntimeImage | None = None
+    # options.max_wall_hours as the request gave it (None: not given): a framework build is planned to meet
+    # it only when asked (wheelfoundry.framework_wall); an extension's plan always meets the stack's default.
+    wall_target: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class ExtensionRequest:
     image: RuntimeImage | None = None
     test: ExtensionTest | None = None
     build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted: the package's own build switches
+    # cells of the matrix left out (wheelfoundry.exclusions): each entry's sorted (key, value) pairs
+    exclude: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 Request = BuildRequest | ExtensionRequest

@@ -9,12 +9,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from wheelfoundry import buildenv
+from wheelfoundry import buildenv, framework_wall
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import GuardrailExceeded, Issue
 from wheelfoundry.executors import assign_all
-from wheelfoundry.extensions import plan_extension
+from wheelfoundry.extensions import plan_extension, sizing_note, sizing_reason
 from wheelfoundry.gpu_tests import gpu_guardrail_issues, with_gpu_tests
 from wheelfoundry.image_jobs import guardrail_issues as image_guardrail_issues
 from wheelfoundry.image_jobs import plan_images
@@ -23,6 +23,7 @@ from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Requ
 from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
 from wheelfoundry.sizing import choose_instance, estimate, max_jobs
+from wheelfoundry.source_profile import SourceProfile
 from wheelfoundry.targets import target_id, variant
 from wheelfoundry.testjobs import plan_tests, without_gpu_tests
 
@@ -98,7 +99,12 @@ def _pytorch_job(
     config: FarmConfig,
     context: StackContext,
     today: date,
+    python: tuple[str, ...] | None = None,
 ) -> tuple[Job, list[str]]:
+    """One target's job; ``python``: only these of the request's Pythons (a layout of one job per Python,
+    ``-cpXY`` after the id)."""
+    if python is not None:
+        request = dataclasses.replace(request, python=python)
     target = with_release_defaults(target, resolved)
     tid = target_id({"platform": target.platform, "accelerator": target.accelerator, "cuda": target.cuda})
     label = variant(target.accelerator, target.cuda)
@@ -120,7 +126,7 @@ def _pytorch_job(
     if requirements:
         env["PYTORCH_EXTRA_INSTALL_REQUIREMENTS"] = " | ".join(requirements)
     job = Job(
-        id=f"torch{resolved.label()}-{tid}",
+        id=f"torch{resolved.label()}-{tid}" + (f"-cp{python[0].replace('.', '')}" if python else ""),
         kind="pytorch",
         target=tid,
         platform=target.platform,
@@ -144,6 +150,22 @@ def _pytorch_job(
         estimate=estimate(_hours(target, pins, config), instance, config),
     )
     return job, [f"{job.id}: {n}" for n in notes]
+
+
+def framework_jobs(
+    request: BuildRequest, catalog: Catalog, config: FarmConfig, context: StackContext, today: date
+) -> tuple[tuple[Job, ...], list[str]]:
+    """One job per target; with ``options.max_wall_hours`` in the request, the cheapest layout that meets it
+    (larger instances, one instance per Python: wheelfoundry.framework_wall), or the fastest, said in a note."""
+    resolved = resolve_version(request.version, catalog)
+
+    def build(target: TargetSpec, python: tuple[str, ...] | None) -> tuple[Job, list[str]]:
+        return _pytorch_job(request, target, resolved, catalog, config, context, today, python)
+
+    if request.wall_target is None:
+        built = [build(t, None) for t in request.targets]
+        return tuple(job for job, _ in built), [note for _, notes in built for note in notes]
+    return framework_wall.layout(request, build, config)
 
 
 def with_release_defaults(target: TargetSpec, resolved: Resolved) -> TargetSpec:
@@ -196,21 +218,27 @@ def plan_request(
     context: StackContext | None = None,
     today: date | None = None,
     record: Mapping[str, Any] | None = None,
+    profile: SourceProfile | None = None,
 ) -> Plan:
     """The jobs a request runs, each on its executor; RequestInvalid (ExecutorRefused, GuardrailExceeded)
-    before anything is launched. ``record``: the extension source's recorded cells (wheelfoundry.calibration)."""
+    before anything is launched. ``record``: the extension source's recorded cells (wheelfoundry.calibration);
+    ``profile``: what the extension source holds (wheelfoundry.source_profile), for a first run's estimate."""
     context = context or StackContext()
     today = today or date.today()
+    costs: dict[str, Any] = {}
     if isinstance(request, ExtensionRequest):
-        jobs, notes = plan_extension(request, catalog, config, context, record)
+        jobs, notes, costs = plan_extension(request, catalog, config, context, record, profile)
         channel = request.channel
     else:
-        resolved = resolve_version(request.version, catalog)
-        built = [_pytorch_job(request, t, resolved, catalog, config, context, today) for t in request.targets]
-        jobs = tuple(job for job, _ in built)
-        notes = [note for _, job_notes in built for note in job_notes]
+        jobs, notes = framework_jobs(request, catalog, config, context, today)
         channel = request.channel
     jobs = assign_all(jobs, config)  # EC2 or CodeBuild, per job
+    if costs:  # what each job's cells get where its executor runs them, and why its instance type
+        notes = [sizing_note(job, costs[job.id], config) for job in jobs] + notes
+        jobs = tuple(
+            dataclasses.replace(job, executor_reason=job.executor_reason + sizing_reason(job, costs[job.id], config))
+            for job in jobs
+        )
     notes += [
         f"{job.id}: runs on CodeBuild {job.compute_type}, not on an EC2 instance (plan --explain says why)"
         for job in jobs

@@ -32,8 +32,8 @@ REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,99}$")
 ACCOUNT = re.compile(r"^[0-9]{12}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 LIMIT_OPTIONS = (
-    'the per-cell layout (one wheel per torch x CUDA cell, "layout": "per-cell"), fewer archs in arch_list, '
-    "or a limit increase from the index (PyPI: https://github.com/pypi/support, then max_file_mb)"
+    "a public channel of the stack (PublicChannels; no per-file limit, per-cell wheels too), fewer archs in "
+    "arch_list, or a limit increase from the index (PyPI: https://github.com/pypi/support, then max_file_mb)"
 )
 
 
@@ -200,3 +200,20 @@ def over_limit(filename: str, size: int, target: PublishTarget) -> str | None:
         f"{filename} is {size / 1e6:.4g} MB, over {target.name}'s per-file limit of {limit:g} MB; "
         f"options: {LIMIT_OPTIONS}"
     )
+
+
+LOCAL_LABEL_ADVICE = (
+    "PEP 440 local versions are not allowed there; serve per-cell wheels from a public channel (deploy with "
+    "PublicChannels=<channel>; users: pip install NAME -f https://<domain>/simple/<channel>/torch-<X.Y.Z>+<cuda>.html)"
+    ", or build the merged layout for PyPI"
+)
+
+
+def local_label(filename: str, target: PublishTarget) -> str | None:
+    """Why a wheel with a local version label (``+pt211cu130``) may not go to PyPI or TestPyPI (None: it may)."""
+    from packaging.utils import parse_wheel_filename
+
+    version = parse_wheel_filename(filename)[1]
+    if target.kind not in ("pypi", "testpypi") or version.local is None:
+        return None
+    return f"{filename} has the local version label +{version.local}, which {target.name} refuses: {LOCAL_LABEL_ADVICE}"

@@ -205,8 +205,9 @@ def loads_request(data: bytes, where: str) -> Any:
     return raw
 
 
-def shape_issues(raw: Any) -> list[Issue]:
-    validator = jsonschema.Draft202012Validator(load_schema())
+def shape_issues(raw: Any, validator: jsonschema.protocols.Validator | None = None) -> list[Issue]:
+    """Every schema problem of ``raw`` as an Issue (``validator``: another schema's, e.g. a subscription's)."""
+    validator = validator or jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
     return _control_characters(raw, []) + [_issue_from(e) for e in errors]
 

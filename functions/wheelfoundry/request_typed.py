@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wheelfoundry import images, semantics
+from wheelfoundry import exclusions, images, semantics
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
@@ -101,6 +101,7 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
             image=images.parse(data.get("image")),
             test=_test(data.get("test")),
             build_env=tuple(sorted(data["build_env"].items())),
+            exclude=exclusions.parse(data.get("exclude")),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(
@@ -129,4 +130,5 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
         options=_options(data["options"], config),
         channel=data.get("channel") or semantics.default_channel(version),
         image=images.parse(data.get("image")),
+        wall_target=float(wall) if (wall := (data.get("options") or {}).get("max_wall_hours")) is not None else None,
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from wheelfoundry import buildenv
+from wheelfoundry import buildenv, exclusions
 from wheelfoundry.catalog import ALL_PACKAGES, Catalog, classify
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
@@ -163,6 +163,21 @@ def _check_build_env(value: Any) -> list[Issue]:
     ]
 
 
+def _check_exclude(data: Mapping[str, Any], skip: set[str]) -> list[Issue]:
+    """Each ``exclude`` entry names values of the request's own lists (the schema checks the shape)."""
+    issues: list[Issue] = []
+    lists = {"torch": "torch", "cuda": "cuda", "python": "python", "platform": "platforms"}
+    for i, entry in _items(data.get("exclude")):
+        if not isinstance(entry, Mapping) or f"exclude[{i}]" in skip:
+            continue
+        for key, field_name in lists.items():
+            value, allowed = entry.get(key), [v for _, v in _strs(data.get(field_name))]
+            if isinstance(value, str) and isinstance(data.get(field_name), list) and value not in allowed:
+                why = f"{value!r} is not in the request's {field_name}: the entry would leave out no cell"
+                issues.append(Issue(f"exclude[{i}].{key}", why, value, tuple(allowed)))
+    return issues
+
+
 def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
     issues: list[Issue] = _check_build_env(data.get("build_env"))
     resolved: list[Resolved] = []
@@ -180,18 +195,27 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
             issues.append(Issue(where, f"{spec!r} is torch {found.torch_version} again (as {twin.spec!r})", spec))
             continue
         resolved.append(found)
+    left_out = exclusions.parse(data.get("exclude"))
+    issues += _check_exclude(data, skip)
     for r in resolved:
-        issues += _check_python("python", data.get("python"), r.python, f"torch {r.spec}", skip)
+        asked = data.get("python")
+        if isinstance(asked, list):  # a Python every cell of this torch leaves out is not asked of it
+            asked = [None if exclusions.excluded(left_out, torch=r.spec, python=str(p)) else p for p in asked]
+        issues += _check_python("python", asked, r.python, f"torch {r.spec}", skip)
         for i, cuda in _strs(data.get("cuda")):
             where = f"cuda[{i}]"
-            if cuda != "cpu" and where not in skip and cuda not in r.cuda:
+            if cuda == "cpu" or where in skip or cuda in r.cuda:
+                continue
+            if not exclusions.excluded(left_out, torch=r.spec, cuda=cuda):  # a cell asks for it
                 issues.append(Issue(where, f"CUDA {cuda} is not available for torch {r.spec}", cuda, ("cpu", *r.cuda)))
     cudas = [c for _, c in _strs(data.get("cuda")) if c != "cpu"]
     platforms = [p for _, p in _strs(data.get("platforms"))]
     if "aarch64" in platforms:  # aarch64 CUDA cells build against upstream's aarch64 CUDA torch wheels
         for r in resolved:
             for i, cuda in _strs(data.get("cuda")):
-                if cuda != "cpu" and cuda in r.cuda and cuda not in r.aarch64_cuda and f"cuda[{i}]" not in skip:
+                if cuda == "cpu" or cuda not in r.cuda or cuda in r.aarch64_cuda or f"cuda[{i}]" in skip:
+                    continue
+                if not exclusions.excluded(left_out, torch=r.spec, cuda=cuda, platform="aarch64"):
                     why = f"CUDA {cuda} on aarch64 is not available for torch {r.spec} (upstream builds no such wheel)"
                     issues.append(Issue(f"cuda[{i}]", why, cuda, ("cpu", *r.aarch64_cuda)))
     arch_list = data.get("arch_list")
@@ -206,7 +230,42 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         issues.append(Issue("local_version", message, False, ("true",)))
     if isinstance(arch_list, str) and not cudas and "arch_list" not in skip:
         issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
+    if left_out and resolved and not issues and not _some_cell(data, resolved, left_out):
+        issues.append(Issue("exclude", "the entries leave out every cell of the request: nothing to build", None))
+    issues += _local_labels_to_pypi(data)
     return issues
+
+
+def _some_cell(data: Mapping[str, Any], resolved: list[Resolved], left_out: tuple[exclusions.Entry, ...]) -> bool:
+    for r in resolved:
+        pythons = [p for _, p in _strs(data.get("python"))] if isinstance(data.get("python"), list) else r.python
+        for _, cuda in _strs(data.get("cuda")):
+            for _, platform in _strs(data.get("platforms")):
+                for py in pythons:
+                    cell = {"torch": r.spec, "cuda": cuda, "python": py, "platform": platform}
+                    if py in r.python and not exclusions.excluded(left_out, **cell):
+                        return True
+    return False
+
+
+def _local_labels_to_pypi(data: Mapping[str, Any]) -> list[Issue]:
+    """PyPI and TestPyPI refuse PEP 440 local versions (``+pt211cu130``): per-cell wheels never get there.
+
+    Said before the build, not at the Upload step after it. Layout ``auto`` decides after the build
+    (Upload then refuses the labelled wheels with the same advice).
+    """
+    options = data.get("options") or {}
+    publish = options.get("publish")
+    target = publish.get("repository") if isinstance(publish, Mapping) else publish
+    if target not in ("pypi", "testpypi") or data.get("layout") != "per-cell" or data.get("local_version") is False:
+        return []
+    why = (
+        f"per-cell wheels carry local version labels (+pt<XY><variant>), which {target} refuses (PEP 440 local "
+        "versions are not allowed there); serve them from a public channel instead (deploy with "
+        "PublicChannels=<channel>: pip install NAME -f https://<domain>/simple/<channel>/torch-<X.Y.Z>+<cuda>.html), "
+        "or build the merged layout for PyPI"
+    )
+    return [Issue("options.publish", why, target, ("layout 'merged' or 'auto'", "a public channel"))]
 
 
 def check(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig, skip: set[str]) -> list[Issue]:

@@ -46,7 +46,9 @@ def plan_tests(builds: tuple[Job, ...], config: FarmConfig) -> tuple[Job, ...]:
         assert first.extension is not None
         cells = tuple(cell for _, cell in members)
         cuda_jobs = [job for job, _ in members if job.cuda]
-        instance = choose_instance(f"extension-{platform}", None, first.options.spot, config)
+        # Installs and imports, a cell at a time per core: the smallest instance type serves it as fast.
+        small = config.extension_instances_measured.get(platform, ())
+        instance = choose_instance(f"extension-{platform}", small[0] if small else None, first.options.spot, config)
         ext = dataclasses.replace(first.extension, cells=cells, parallel_cells=len(cells))
         pin = first.packages[0]
         gpu = next((job.gpu_test for job in cuda_jobs if job.gpu_test), None)

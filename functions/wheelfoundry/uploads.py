@@ -31,7 +31,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.errors import PublishFailed
-from wheelfoundry.publish_targets import PublishTarget, over_limit
+from wheelfoundry.publish_targets import PublishTarget, local_label, over_limit
 
 SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"  # PEP 691, else PEP 503 HTML
 TWINE_TIMEOUT_SECONDS = 840  # inside the Upload function's 900 s
@@ -112,7 +112,7 @@ def decide(
         if wheel.unverified is not None:
             out.append(Outcome(wheel.filename, "refused", f"no valid signed provenance: {wheel.unverified}"))
             continue
-        if (why := over_limit(wheel.filename, wheel.size, target)) is not None:
+        if (why := local_label(wheel.filename, target) or over_limit(wheel.filename, wheel.size, target)) is not None:
             out.append(Outcome(wheel.filename, "refused", why))
             continue
         project = canonicalize_name(parse_wheel_filename(wheel.filename)[0])

@@ -47,6 +47,9 @@ class CellCost:
     # Cores a compiling cell of this source kept busy when it had more (recorded: its own parallelism,
     # e.g. a package of few translation units); None: no limit seen, it used what it was given.
     width_limit: float | None = None
+    # Translation units one cell compiles, where the source was read (wheelfoundry.source_profile): the
+    # cores it can keep busy at once (times nvcc threads); None: the catalog's extension_cores_per_cell.
+    units: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,9 @@ def compile_slots(
     if cost is not None and cost.recorded:
         width = min(given, cost.width_limit) if cost.width_limit else given
     else:
-        units_per_cell = int(config.estimates["extension_cores_per_cell"]["cuda" if cuda else "cpu"])
+        units_per_cell = cost.units if cost is not None and cost.units else None
+        if units_per_cell is None:
+            units_per_cell = int(config.estimates["extension_cores_per_cell"]["cuda" if cuda else "cpu"])
         width = min(given, min(jobs, units_per_cell) * threads)
     return Slots(slots, jobs, threads, max(0.1, round(width, 3)))
 
@@ -133,7 +138,7 @@ def options(
     """Every (instance type, shard count) for one group, each priced and timed."""
     found = []
     names = config.extension_instances.get(platform, ())
-    if cost.recorded:  # the cells' real width is known: sizes they can keep busy
+    if cost.recorded or cost.units:  # the cells' width is known (measured, or their units): sizes they can fill
         names = (*config.extension_instances_measured.get(platform, ()), *names)
     for name in names:
         instance = config.instance_types[name]

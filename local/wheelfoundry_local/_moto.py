@@ -71,6 +71,12 @@ def s3_backend() -> Any:
     return s3_backends[ACCOUNT_ID]["aws"]
 
 
+def cloudfront_backend() -> Any:
+    from moto.cloudfront.models import cloudfront_backends
+
+    return cloudfront_backends[ACCOUNT_ID]["aws"]
+
+
 def cfn_backend(region: str) -> Any:
     from moto.cloudformation.models import cloudformation_backends
 

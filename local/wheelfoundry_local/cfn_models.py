@@ -11,6 +11,8 @@ attributes (a custom resource's `Data`) are what later `Fn::GetAtt`s resolve to 
   for a callback from host.docker.internal; here the real handler runs in-process and answers either
   by PUT to ResponseURL (cfn-response style, served on 127.0.0.1) or by returning the response.
 - Scheduler, Lambda Version/Alias and SSM Document models: cfn_services.py.
+- CloudFront (the public channels' distribution, its function and origin access control) and the
+  bucket policies the local edge serves by: cfn_edge.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import yaml
 from moto.core.common_models import CloudFormationModel
 
+from . import cfn_edge
 from ._moto import Patches, s3_backend, sfn_backend
 from .cfn_services import (
     CustomResourceFailed,
@@ -242,7 +245,7 @@ EMULATED: dict[str, type[Model]] = {
         LambdaVersion,
         LambdaAlias,
     )
-}
+} | {m.cloudformation_type(): m for m in cfn_edge.MODELS}
 
 
 _LOWER_CASE_NAMES = {"AWS::ECR::Repository"}
@@ -306,6 +309,7 @@ def install(patches: Patches, runtime: LambdaRuntime) -> None:
 
 
 def uninstall() -> None:
+    cfn_edge.DEPLOYED.clear()
     if _Active.responses is not None:
         _Active.responses.close()
     _Active.runtime = _Active.responses = None

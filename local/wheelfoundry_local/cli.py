@@ -110,3 +110,6 @@ def add_local_commands(sub: Any) -> None:
     down = local_sub.add_parser("down", help="stop the `local up` of this state dir")
     down.add_argument("--state-dir", default=".wf-local")
     down.set_defaults(func=_down)
+    from .watch import add_watch_command
+
+    add_watch_command(local_sub)

@@ -28,13 +28,23 @@ import yaml
 from . import codebuild_api
 from . import codebuild_execution as execution
 from ._moto import ACCOUNT_ID, Patches
+from .agent import Output
 from .codebuild_api import FINAL, Build
 from .events import EventDelivery
 
 
 class LocalCodeBuild:
-    def __init__(self, region: str, state_dir: Path, environment: dict[str, str], events: EventDelivery) -> None:
+    def __init__(
+        self,
+        region: str,
+        state_dir: Path,
+        environment: dict[str, str],
+        events: EventDelivery,
+        output: Output | None = None,
+    ) -> None:
+        """output: called with (build id, "", line) for each line the build prints, as the agent's."""
         self.region = region
+        self.output = output
         self.state_dir = state_dir
         self.environment = environment
         self.events = events
@@ -186,7 +196,7 @@ class LocalCodeBuild:
             try:
                 spec = yaml.safe_load(build.buildspec) or {}
                 env = execution.build_env(build, spec, self.environment, self.state_dir)
-                status = execution.run_phases(build, spec, env, log, self.seconds_per_minute)
+                status = execution.run_phases(build, spec, env, log, self.seconds_per_minute, self.output)
             except Exception as exc:  # a buildspec that cannot run: CLIENT_ERROR in DOWNLOAD_SOURCE on AWS
                 log.write(f"[Container] buildspec error: {type(exc).__name__}: {exc}\n")
                 status = "FAILED"

@@ -10,13 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from . import instance_roles
-from .agent import INSTANCE_NICE
+from .agent import INSTANCE_NICE, Output
 from .codebuild_api import Build
 
 PHASES = ("install", "pre_build", "build", "post_build")
@@ -91,7 +92,14 @@ def role_session(build: Build, endpoint: str) -> dict[str, str]:
     return instance_roles.service_role_environment(iam, sts, build.service_role, session)
 
 
-def run_phases(build: Build, spec: dict[str, Any], env: dict[str, str], log: Any, seconds_per_minute: float) -> str:
+def run_phases(
+    build: Build,
+    spec: dict[str, Any],
+    env: dict[str, str],
+    log: Any,
+    seconds_per_minute: float,
+    output: Output | None = None,
+) -> str:
     deadline = build.started + build.timeout_minutes * seconds_per_minute
     phases = spec.get("phases") or {}
     status, skip = "SUCCEEDED", False
@@ -103,7 +111,7 @@ def run_phases(build: Build, spec: dict[str, Any], env: dict[str, str], log: Any
             continue
         outcome = "SUCCEEDED"
         for command in [*(body.get("commands") or []), *(body.get("finally") or [])]:
-            outcome = run_command(build, str(command), env, log, deadline)
+            outcome = run_command(build, str(command), env, log, deadline, output)
             if outcome != "SUCCEEDED":
                 break
         leave(current, outcome, "" if outcome == "SUCCEEDED" else f"Error while executing command in {name}")
@@ -117,7 +125,9 @@ def run_phases(build: Build, spec: dict[str, Any], env: dict[str, str], log: Any
     return status
 
 
-def run_command(build: Build, command: str, env: dict[str, str], log: Any, deadline: float) -> str:
+def run_command(
+    build: Build, command: str, env: dict[str, str], log: Any, deadline: float, output: Output | None = None
+) -> str:
     if build.stop_requested:
         return "STOPPED"
     first = command.strip().splitlines()[0] if command.strip() else ""
@@ -129,11 +139,15 @@ def run_command(build: Build, command: str, env: dict[str, str], log: Any, deadl
         [*INSTANCE_NICE, "bash", str(script)],  # below the embedded AWS, as agent.py's commands
         cwd=env["CODEBUILD_SRC_DIR"],
         env=env,
-        stdout=log,
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
         start_new_session=True,
     )
     build.pid = process.pid
+    pump = threading.Thread(target=_pump, args=(process.stdout, log, build.id, output), daemon=True)
+    pump.start()
     verdict = None
     while process.poll() is None:
         if build.stop_requested:
@@ -145,6 +159,7 @@ def run_command(build: Build, command: str, env: dict[str, str], log: Any, deadl
             break
         time.sleep(0.05)
     process.wait()
+    pump.join(5)  # the rest of its output (a killed group's pipe closes with it)
     build.pid = None
     if verdict is None and build.stop_requested:  # StopBuild killed it between two polls
         verdict = "STOPPED"
@@ -154,6 +169,15 @@ def run_command(build: Build, command: str, env: dict[str, str], log: Any, deadl
         log.write(f"[Container] Command did not exit successfully ({process.returncode}): {verdict}\n")
     log.flush()
     return verdict
+
+
+def _pump(stream: IO[str], log: Any, build_id: str, output: Output | None) -> None:
+    """The command's output into the build's log and, line by line, to ``output`` (as the agent's)."""
+    for line in stream:
+        log.write(line)
+        log.flush()
+        if output is not None:
+            output(build_id, "", line.rstrip("\n"))
 
 
 def kill(build: Build) -> None:

@@ -1,9 +1,10 @@
 """The main job: a real extension wheel built, published, installed and tested, all on this machine.
 
-1. the embedded AWS starts and the real template.yaml is deployed into it;
+1. the embedded AWS starts and the real template.yaml is deployed into it, the run's channel public;
 2. examples/extension is uploaded as a source tarball, as a user would upload theirs;
 3. the real state machine runs examples/requests/extension-demo.json, with progress per job;
-4. the wheel is installed from the emulated index into a fresh venv and the extension's tests run.
+4. the wheel is installed from the public index (the local edge, no AWS credentials) into a fresh venv
+   and the extension's tests run (consumer.py).
 """
 
 from __future__ import annotations
@@ -15,27 +16,23 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
 import time
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
-from wheelfoundry_cli.index_server import serving
-
-from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user import archs
 from wheelfoundry_user.failures import execution_failure, run_failures
-from wheelfoundry_user.trust import Keyring, TrustedKey
+from wheelfoundry_user.public import PublicIndex, pinned_keyring
 from wheelfoundry_user.verify import pem_of
 
+from .consumer import copy_published, install_and_test, user_env
+from .edge import serving_edge
 from .progress import Progress
 from .session import EmbeddedAws, ExecutionResult
+
+__all__ = ["copy_published", "explain_failure", "pack_source", "run_demo", "run_request", "upload_source"]
 
 SKIP = re.compile(r"(^|/)(__pycache__|build|dist|\.pytest_cache|[^/]*\.egg-info)(/|$)|\.(so|pyc)$")
 Print = Callable[[str], None]
@@ -72,88 +69,18 @@ def run_request(
     arn = aws.start_execution(stack.state_machine_arn, request)
     out(f"started {arn.rsplit(':', 1)[-1]}")
     sfn = aws.client("stepfunctions")
-    deadline, last_tick = time.monotonic() + timeout, 0.0
+    deadline = time.monotonic() + timeout
     while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":
         for line in progress.update(stack, aws.invocations):
             out(line)
-        if time.monotonic() - last_tick > 15:
-            last_tick = time.monotonic()
-            for line in progress.lines():
-                out(line)
+        for line in progress.still_running(quiet=30):  # a long stage's clock; never a finished job's line
+            out(line)
         if time.monotonic() > deadline:
             raise TimeoutError(f"the execution did not finish in {timeout:.0f}s")
         time.sleep(0.5)
     for line in progress.update(stack, aws.invocations):
         out(line)
     return aws.wait_execution(arn, timeout=5)
-
-
-@dataclass(frozen=True)
-class Wheel:
-    filename: str
-    url: str
-    sha256: str
-
-
-def index_wheels(base: str, channel: str, project: str) -> list[Wheel]:
-    page_url = f"{base}/simple/{channel}/{project}/"
-    page = urllib.request.urlopen(page_url).read().decode()  # noqa: S310 - our own 127.0.0.1 proxy
-    found = []
-    for href, name in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', page):
-        link, _, fragment = href.replace("&amp;", "&").partition("#sha256=")
-        found.append(Wheel(name, urljoin(page_url, link), fragment))
-    return found
-
-
-def user_env(cache: Path, torch_version: str, venv: Path, log: Path) -> Path:
-    """A fresh venv with the user's torch, numpy, pytest and hypothesis: they live in a cached
-    environment (built once, ~1 min; the demo builds it while the farm builds the wheel) that the venv
-    sees through a .pth file (wfbuild.envs). pip's output goes to ``log``."""
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    argv = [sys.executable, "-m", "wfbuild.envs", "--python", python, "--dest", str(venv), "--torch"]
-    argv += [f"torch=={torch_version}", "--pip", "numpy", "--pip", "pytest", "--pip", "hypothesis"]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
-        done = subprocess.run(argv, env={**os.environ, "WF_CACHE_DIR": str(cache)}, stdout=handle, stderr=handle)
-    if done.returncode != 0:
-        raise RuntimeError(f"the user's environment could not be made: see {log}")
-    return venv
-
-
-def install_and_test(index: str, project: str, venv: Path, tests: Path, out: Print) -> int:
-    """A user's view: a fresh venv with their torch, the wheel from the index, the extension's tests;
-    the wheel under test is installed into the venv itself."""
-    out(f"a fresh venv with the user's torch (from the cached environment): {venv}")
-    pip = [
-        str(venv / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-warn-script-location",
-    ]
-    out(f"installing {project} from the index: pip install --index-url {index} {project}")
-    # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
-    subprocess.run([*pip, "--isolated", "--index-url", index, project], check=True)
-    where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", f"import {project.replace('-', '_')} as m; print(m.__file__)"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    out(f"imported from {where}")
-    out(f"running the extension's tests: {tests}")
-    # Own ini file, importlib mode and another working directory: the tests import the installed
-    # wheel, never the source tree, and no configuration of this repository applies.
-    ini = venv / "pytest.ini"
-    ini.write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n")
-    result = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-c", str(ini), "--rootdir", str(venv), str(tests)],
-        cwd=venv,
-        check=False,
-    )
-    return result.returncode
 
 
 def check_source(source: Path) -> None:
@@ -179,34 +106,6 @@ def upload_source(aws: EmbeddedAws, stack: Any, source: Path, project: str) -> s
     return f"s3://{bucket}/{key}"
 
 
-def copy_published(base: str, channel: str, project: str, dist: Path, out: Print) -> list[Wheel]:
-    """Download the project's wheels from the index (sha256 checked) into ``dist`` and list them."""
-    wheels = index_wheels(base, channel, project)
-    dist.mkdir(parents=True, exist_ok=True)
-    out("\nwheels published:")
-    for wheel in wheels:
-        data = urllib.request.urlopen(wheel.url).read()  # noqa: S310 - our own 127.0.0.1 proxy
-        if hashlib.sha256(data).hexdigest() != wheel.sha256:
-            raise ValueError(f"{wheel.filename}: sha256 differs from the index")
-        (dist / wheel.filename).write_bytes(data)
-        out(f"  {wheel.filename}  {len(data) / 1024:.1f} KiB  sha256:{wheel.sha256}")
-        try:  # the signed provenance beside it (`wheelfoundry verify`)
-            envelope = urllib.request.urlopen(wheel.url.split("#", 1)[0] + SUFFIX).read()  # noqa: S310
-        except OSError:
-            out(f"  {wheel.filename}: no signed provenance")
-            continue
-        (dist / (wheel.filename + SUFFIX)).write_bytes(envelope)
-    return wheels
-
-
-def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> Path:
-    """The stack's provenance key as PEM beside the wheels: verify them after the emulator is gone."""
-    der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "wheelfoundry-provenance.pem").write_bytes(pem_of(der))
-    return dist / "wheelfoundry-provenance.pem"
-
-
 def run_demo(
     root: Path,
     request_path: Path,
@@ -218,8 +117,9 @@ def run_demo(
     test: bool = True,
     debug: bool = False,
 ) -> int:
-    """Build ``source`` through the embedded AWS, publish, copy the wheels to ``dist``; with ``test``
-    also install from the index into a fresh venv and run the source's tests (``local demo``)."""
+    """Build ``source`` through the embedded AWS, publish to a public channel, copy the wheels to ``dist``
+    through the edge (verified against the pinned key); with ``test`` also install from the public index
+    into a fresh venv with no AWS credentials and run the source's tests (``local demo``)."""
     check_source(source)
     request = json.loads(request_path.read_text())
     project = request["name"]
@@ -234,8 +134,11 @@ def run_demo(
         out(f"preparing the user's environment (torch=={torch_version}, pytest) under {cache}/envs meanwhile")
         users = pool.submit(user_env, cache, torch_version, state_dir / "demo-venv", state_dir / "demo-venv.log")
     with pool, EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
-        out("deploying template.yaml into the embedded AWS (moto server on 127.0.0.1)")
-        stack = aws.deploy(root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+        public = request.get("channel") or "extensions"  # the channel the run publishes to is a public one
+        out(f"deploying template.yaml into the embedded AWS (moto server on 127.0.0.1), PublicChannels={public}")
+        stack = aws.deploy(
+            root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120", "PublicChannels": public}
+        )
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
         request["source"] = {"s3": upload_source(aws, stack, source, project)}
         out(f"uploaded {source} as {request['source']['s3']}; running {request_path.name}")
@@ -246,16 +149,21 @@ def run_demo(
             return 1
         channel = result.output["channel"]
         layout = show_layout(s3, bucket, result, channel, out)
-        key = save_public_key(aws, stack, dist)
-        trusted = Keyring((TrustedKey(key.read_bytes(), str(key), stack.outputs["ProvenanceKeyArn"]),))
-        with serving(s3, bucket, keys=trusted) as base:  # pip gets only wheels whose provenance verifies
-            index = f"{base}/simple/{channel}/"
-            if layout == "per-cell" and users is not None:  # the index of the user's (torch, CPU) variant
-                index = f"{base}/simple/{channel}/torch-{_exact_torch(next(iter(request['torch'])))}+cpu/"
-            copy_published(base, channel, project, dist, out)
-            out(f"verify offline: wheelfoundry verify {dist}/*.whl --public-key {key}")
-            out(f"index: {index}  (s3://{bucket}/simple/{channel}/); wheels copied to {dist}/")
+        with serving_edge(aws, stack) as edge:  # what anyone gets from the distribution, no credentials
+            fingerprint = save_public_key(aws, stack, dist)
+            public_index = f"{stack.outputs['PublicIndexUrl']}{channel}/"
+            index = edge.local(public_index)
+            out(f"\npublic index: {public_index}  (served here by the local edge: {index})")
+            for page in (result.output.get("public") or {}).get("find_links") or []:
+                out(f"  find-links: pip install {project} -f {page}  (here: {edge.local(page)})")
+            out(f"provenance key fingerprint (what users pin): {fingerprint}")
+            keys = pinned_keyring(PublicIndex.parse(index), [fingerprint])
+            copy_published(edge.url, channel, project, dist, out, keys)
+            out(f"verify: wheelfoundry verify --index-url {public_index} --key-fingerprint {fingerprint}")
+            out(f"wheels copied to {dist}/ (private copy: s3://{bucket}/wheels/{channel}/)")
             if users is not None:
+                if layout == "per-cell":  # the index of the user's (torch, CPU) variant
+                    index = f"{index}torch-{_exact_torch(next(iter(request['torch'])))}+cpu/"
                 code = install_and_test(index, project, users.result(), source / "tests", out)
         left = aws.instances()
         out(f"instances still pending/running in the emulator: {len(left)}")
@@ -271,6 +179,15 @@ def show_device_code(s3: Any, bucket: str, result: ExecutionResult, out: Print) 
     keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith("/manifest.json")]
     for line in archs.lines({k: json.loads(s3.get_object(Bucket=bucket, Key=k)["Body"].read()) for k in keys}):
         out(line)
+
+
+def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> str:
+    """The stack's provenance key as PEM beside the wheels (verify them after the emulator is gone); its
+    fingerprint, as `wheelfoundry public-key` prints it for a maintainer to give the users."""
+    der = aws.client("kms").get_public_key(KeyId=stack.outputs["ProvenanceKeyArn"])["PublicKey"]
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "wheelfoundry-provenance.pem").write_bytes(pem_of(der))
+    return hashlib.sha256(der).hexdigest()
 
 
 def show_layout(s3: Any, bucket: str, result: ExecutionResult, channel: str, out: Print) -> str | None:

@@ -33,8 +33,8 @@ from .lambdas import LambdaRuntime
 SAM_TRANSFORM = "AWS::Serverless-2016-10-31"
 # Why a type is not emulated, where there is more to say than "moto has no model for it".
 NOT_EMULATED = {
-    "AWS::S3::BucketPolicy": "access policy; moto enforces no resource policies",
     "AWS::SQS::QueuePolicy": "access policy; moto enforces no resource policies",
+    "AWS::SNS::TopicPolicy": "access policy; moto enforces no resource policies",
     "AWS::Lambda::EventInvokeConfig": "async retry settings; deliveries here are synchronous",
 }
 _NO_ZIP = ("__pycache__", ".pyc", ".pytest_cache", ".mypy_cache")

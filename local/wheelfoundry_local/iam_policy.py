@@ -84,9 +84,11 @@ def _literal_match(pattern: str, value: str, case_sensitive: bool = True) -> boo
 def _condition(operator: str, key: str, expected: Any, context: Mapping[str, str]) -> bool:
     if_exists = operator.endswith("IfExists")
     base = operator.removesuffix("IfExists")
-    if key not in context:
+    # Condition key names are not case-sensitive (AWS:SourceArn, aws:SourceArn); their values are.
+    found = next((k for k in context if k.lower() == key.lower()), None)
+    if found is None:
         return if_exists or base in ("StringNotEquals", "StringNotLike", "ArnNotEquals", "ArnNotLike")
-    actual = context[key]
+    actual = context[found]
     values = [substitute(str(v).lower() if isinstance(v, bool) else str(v), context) for v in _as_list(expected)]
     present = [v for v in values if v is not None]
     if base == "StringEquals" or base == "ArnEquals":

@@ -63,7 +63,8 @@ class EmbeddedAws:
     ) -> None:
         """state_dir: where instance work roots and command logs go (default ./.wf-local).
         registration_delay: seconds after launch before an instance's agent counts as Online.
-        agent_output: called with (instance id, command id, line) for each line a command prints.
+        agent_output: called with (instance id, command id, line) for each line a command prints, and with
+        (build id, "", line) for each line a local CodeBuild build prints.
         enforce_lambda_timeouts: report a handler that ran past its Timeout as Sandbox.Timedout."""
         self.region = region
         self.state_dir = Path(state_dir) if state_dir is not None else Path.cwd() / ".wf-local"
@@ -112,7 +113,9 @@ class EmbeddedAws:
                 self._agent_output,
             )
             self.agent.install()
-            self.codebuild = LocalCodeBuild(self.region, self.state_dir, self.server.environment(), self.events)
+            self.codebuild = LocalCodeBuild(
+                self.region, self.state_dir, self.server.environment(), self.events, self._agent_output
+            )
             self.codebuild.install()
             self.watcher.start()
         except BaseException:

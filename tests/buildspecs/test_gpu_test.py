@@ -1,7 +1,7 @@
 """The GPU test script (wfbuild.gpu_test, gpu_probe.py): the arch rule, the verdicts, a real run here.
 
 This machine has no GPU, so the end-to-end run below must say ``no-device``: never ``passed``. The same
-script's ``passed`` and ``not-testable`` verdicts were shown on an H100 (README, "CUDA, checked on a
+script's ``passed`` and ``not-testable`` verdicts were shown on an H100 (docs/gpu.md, "CUDA, checked on a
 real GPU").
 """
 

@@ -24,8 +24,9 @@ def test_outputs_resolve_intrinsics_across_emulated_resources(stack: DeployedSta
 
 def test_nothing_is_dropped_silently(stack: DeployedStack) -> None:
     skipped = {s.logical_id: s for s in stack.skipped}
-    assert set(skipped) == {"BucketPolicy", "ExtraQueue"}
-    assert "no moto CloudFormation model" in skipped["BucketPolicy"].reason
+    assert set(skipped) == {"ExtraQueuePolicy", "ExtraQueue"}
+    assert "moto enforces no resource policies" in skipped["ExtraQueuePolicy"].reason
+    assert "BucketPolicy" in stack.resources  # kept for the local edge (cfn_edge)
     assert skipped["ExtraQueue"].reason == "Condition Extras is false"
     # Every resource of the translated template is either created or reported.
     assert set(stack.types) == set(stack.resources) | set(skipped)

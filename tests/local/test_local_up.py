@@ -1,6 +1,6 @@
-"""`wheelfoundry local up` in a subprocess, driven by the real AWS CLI with README's own commands.
+"""`wheelfoundry local up` in a subprocess, driven by the real AWS CLI with the documentation's own commands.
 
-One real build (the tiny extension, about a minute): README's "Try the AWS CLI locally" block runs
+One real build (the tiny extension, about a minute): docs/local.md's "Try the AWS CLI locally" block runs
 as written, with the endpoint `local up` printed, the tiny request in place of the demo's and a
 temporary --dest; then `local down` ends it.
 """

@@ -1,4 +1,4 @@
-"""README's "Publish to PyPI / CodeArtifact" block, run as written against the embedded AWS and a real
+"""docs/publishing.md's block, run as written against the embedded AWS and a real
 index server (pypiserver on 127.0.0.1, uploads need the token): the stack's channel `demo` holds a wheel
 signed with the stack's own KMS key, as Attest leaves it; the block stores the token in Secrets Manager,
 publishes (uploaded, then skipped), installs from the index into a fresh venv, imports, and verifies the

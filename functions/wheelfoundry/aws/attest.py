@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry import provenance
+from wheelfoundry.edge import PAGE_CACHE
 from wheelfoundry.errors import ProvenanceInvalid
 
 
@@ -101,7 +102,8 @@ def attest_run(
             subject, request, wheel["manifests"], builder, {**run, "execution": event["execution"]}
         )
         data = json.dumps(provenance.envelope(stmt, key_id, sign), indent=1).encode()
-        s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json")
+        # max-age, not immutable: a wheel whose bytes another run publishes again is signed again
+        s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json", CacheControl=PAGE_CACHE)
         out["signed"].append(wheel["filename"])
     if out["refused"]:
         out["status"] = "partial"

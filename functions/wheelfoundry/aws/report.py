@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from wheelfoundry.aws.results import readable_cause
 from wheelfoundry.aws.timing import record_cells, report_rows
+from wheelfoundry.edge import public_urls
 from wheelfoundry.errors import JobsFailed
 
 
-def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
+def report(
+    event: dict[str, Any],
+    s3: Any,
+    tell: Callable[[dict[str, Any]], Any] | None = None,
+    public_index_url: str = "",
+    public_channels: str = "",
+) -> dict[str, Any]:
+    """``tell``: given report.json's body, notify whoever follows the run (a watcher-started run's maintainer).
+    ``public_*``: the stack's PublicIndexUrl and PublicChannels, for the URLs a public channel's users type."""
     run = event["run"]
     # A Map iteration that failed outright (TerminateFailed) has no result object: name its job anyway.
     # build_results: the build jobs; results: an extension run's test jobs (the published bytes, testjobs)
@@ -61,6 +71,7 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "index_prefix": f"simple/{run['channel']}/",
         "jobs": results,
         "index": publish,
+        "public": public_urls(run["channel"], public_index_url, public_channels, publish.get("variants") or []),
         "merge": merge,
         "layout": {"chosen": merge.get("layout"), "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "missing_cells": merge.get("missing_cells") or [],
@@ -78,9 +89,11 @@ def report(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     }
     s3.put_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/report.json", Body=json.dumps(body, indent=2))
     record_cells(s3, run, results)  # the next plan of this source starts from these cells' figures
+    if tell is not None:
+        tell(body)
     if failures:
         raise JobsFailed(failures)
-    return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells")} | {
+    return {k: body[k] for k in ("run_id", "channel", "index_prefix", "status", "missing_cells", "public")} | {
         "published": sum(r.get("published", 0) for r in results),
         "layout": merge.get("layout"),
         "signed": len(attest.get("signed") or []),

@@ -12,6 +12,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from wheelfoundry.aws.timing import job_timing
 from wheelfoundry.config import load_config
+from wheelfoundry.edge import WHEEL_CACHE
 from wheelfoundry.errors import ManifestInvalid
 
 CAUSE_IN_STATE = 1000  # characters of a failure's cause kept in the execution state; S3 has all of it
@@ -41,9 +42,10 @@ def _copy(
     s3: Any, bucket: str, source: str, dest: str, version: str | None = None, metadata: dict[str, str] | None = None
 ) -> None:
     copy_source = {"Bucket": bucket, "Key": source, **({"VersionId": version} if version else {})}
-    extra = (
-        {"MetadataDirective": "REPLACE", "Metadata": metadata, "ContentType": "application/zip"} if metadata else None
-    )
+    # Cache-Control travels with the object: a public channel's edge keeps a wheel for a year (immutable).
+    extra: dict[str, Any] = {"CacheControl": WHEEL_CACHE, "MetadataDirective": "REPLACE"}
+    if metadata:
+        extra |= {"Metadata": metadata, "ContentType": "application/zip"}
     s3.copy(copy_source, bucket, dest, ExtraArgs=extra)
 
 
@@ -107,7 +109,8 @@ def publish_metadata(s3: Any, bucket: str, source: str, dest: str) -> None:
     """The wheel's METADATA beside it, with the sha256 the index needs for PEP 658's data-core-metadata."""
     body = s3.get_object(Bucket=bucket, Key=source)["Body"].read()
     digest = hashlib.sha256(body).hexdigest()
-    s3.put_object(Bucket=bucket, Key=dest, Body=body, ContentType="text/plain", Metadata={"sha256": digest})
+    meta = {"ContentType": "text/plain", "Metadata": {"sha256": digest}, "CacheControl": WHEEL_CACHE}
+    s3.put_object(Bucket=bucket, Key=dest, Body=body, **meta)
 
 
 def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[str, dict[str, Any]] | None:

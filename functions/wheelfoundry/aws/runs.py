@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from wheelfoundry import quotas
+from wheelfoundry import derived, quotas
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.aws.timing import calibration_key, read_record
 from wheelfoundry.buildenv import extension_cache_scope
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import FarmConfig, load_config
+from wheelfoundry.derived import with_derived
 from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
 from wheelfoundry.model import ExtensionRequest
@@ -170,8 +171,11 @@ def validate(
 ) -> dict[str, Any]:
     """Validate and plan before anything is written or launched; then store the contracts."""
     catalog = load_catalog()
+    raw = event.get("request")
+    if derived.wanted(raw, catalog):  # an extension on a torch release the catalog lacks: the watcher's facts
+        catalog = with_derived(catalog, derived.read(s3, settings.bucket))
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
-    request = parse_request(event.get("request"), catalog, config)
+    request = parse_request(raw, catalog, config)
     check_source_location(request, settings)
     check_publish_target(request, settings)
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
