@@ -58,6 +58,23 @@ def test_each_request_plans_the_cells_the_harness_and_the_gpu_run_expect(package
         assert job.kind == "extension"
 
 
+def test_torch_harmonics_cuda_requests_come_with_and_without_its_own_switch() -> None:
+    (harmonics,) = [p for p in load_corpus(CORPUS) if p.name == "torch-harmonics"]
+    assert harmonics.cuda_switch == "FORCE_CUDA_EXTENSION"
+    plain, switched = (json.loads(harmonics.request(k).read_text()) for k in ("cu130", "cu130-switch"))
+    assert "build_env" not in plain and switched["build_env"] == {"FORCE_CUDA_EXTENSION": "1"}
+    catalog, config = load_catalog(), load_config()
+    (job,) = plan_request(parse_request(switched), catalog, config).jobs
+    assert job.env["FORCE_CUDA_EXTENSION"] == "1" and job.arch_list == "9.0"
+
+
+def test_a_switch_request_that_does_not_set_the_switch_is_refused(tmp_path: Path) -> None:
+    text = CORPUS.read_text().replace('cuda_switch = "FORCE_CUDA_EXTENSION"', 'cuda_switch = "OTHER_SWITCH"')
+    (tmp_path / "corpus.toml").write_text(text)
+    with pytest.raises(CorpusError, match=r"cuda_switch = 'OTHER_SWITCH' must be set in build_env"):
+        load_corpus(tmp_path / "corpus.toml")
+
+
 def test_a_wrong_pin_is_refused_naming_the_package_field_and_value(tmp_path: Path) -> None:
     text = CORPUS.read_text()
     bad = text.replace('sha256 = "416a7dd2', 'sha256 = "XYZ7dd2', 1)
@@ -107,3 +124,49 @@ def test_the_compiler_cache_outlives_the_emulated_stack_for_the_next_run(tmp_pat
     body = s3.get_object(Bucket="second", Key="sccache/ext-bbb-cpu-x86_64/a/b/abcdef")["Body"].read()
     assert body == b"object code"
     assert restore_compiler_cache(s3, "second", "sccache/ext-bbb-", tmp_path / "none") == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "succeeded", "error", "expected"),
+    [
+        ("cu130", False, "job devicecode-x: DEVICE CODE REFUSED: cell x: no compiled file holds device code", "passed"),
+        ("cu130", True, "", "failed"),  # published without its switch: the check let a CPU build through
+        ("cu130", False, "job build-x: error: nvcc died", "failed"),  # refused, but not for its device code
+        ("cu130-switch", True, "", "passed"),
+        ("cu130-switch", False, "job devicecode-x: DEVICE CODE REFUSED: no code for 9.0", "failed"),
+    ],
+)
+def test_the_cuda_pair_passes_when_the_farm_refuses_without_the_switch_and_publishes_with_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str, succeeded: bool, error: str, expected: str
+) -> None:
+    import tools.corpus as corpus
+    import wheelfoundry_local.demo as demo
+
+    class Result:
+        arn, output = "arn:aws:states:us-east-1:1:execution:wf:run-1", {"channel": "c"}
+
+    Result.succeeded = succeeded  # type: ignore[attr-defined]
+    seen: list[str] = []
+    monkeypatch.setattr(corpus, "fetch_sdist", lambda package, cache: tmp_path / "sdist.tar.gz")
+    monkeypatch.setattr(corpus, "build_facts", lambda *a: None)
+    monkeypatch.setattr(corpus, "build_error", lambda *a: error)
+    monkeypatch.setattr(demo, "upload_source", lambda *a: "s3://b/sources/x.tar.gz")
+    monkeypatch.setattr(
+        demo, "run_request", lambda aws, stack, request, *a: seen.append(request["channel"]) or Result()
+    )
+    monkeypatch.setattr(demo, "show_device_code", lambda *a: None)
+    monkeypatch.setattr(demo, "explain_failure", lambda *a, **k: None)
+    (harmonics,) = [p for p in load_corpus(CORPUS) if p.name == "torch-harmonics"]
+
+    class Aws:
+        def client(self, name: str) -> object:
+            return object()
+
+    stack = type("Stack", (), {"outputs": {"WheelBucketName": "b"}})()
+    outcome = corpus.run_cuda(Aws(), stack, harmonics, kind, tmp_path, tmp_path, 60)
+    assert outcome.result == expected, outcome
+    assert outcome.name == f"torch-harmonics ({kind})" and seen == [
+        json.loads(harmonics.request(kind).read_text())["channel"]
+    ]
+    if kind == "cu130" and succeeded:
+        assert "published without FORCE_CUDA_EXTENSION" in outcome.error

@@ -15,6 +15,7 @@ from wheelfoundry.gpu_tests import covers
 
 def test_the_planner_and_the_gpu_hosts_probe_apply_one_arch_rule() -> None:
     lists = ["8.0", "8.6", "8.9", "9.0", "9.0a", "8.0+PTX", "7.5;8.0;8.6;9.0;10.0;12.0+PTX", "10.0a;12.0"]
+    lists += ["9.0a+PTX", "10.0f", "10.0f+PTX", "12.0f;9.0+PTX"]  # arch- and family-specific PTX: no forward JIT
     capabilities = list(itertools.product(range(7, 13), range(0, 10)))
     for arch_list, capability in itertools.product(lists, capabilities):
         assert covers(arch_list, capability) == probe_covers(arch_list, capability), (arch_list, capability)

@@ -1,6 +1,6 @@
 """The corpus: real PyTorch extensions from PyPI built through the farm, installed and checked as a user would.
 
-    .venv/bin/python tools/corpus.py [--only NAME ...] [--all] [--state-dir DIR] [--timeout S]
+    .venv/bin/python tools/corpus.py [--only NAME ...] [--all] [--state-dir DIR] [--timeout S] [--cuda]
 
 For each package of examples/corpus/corpus.toml (``ci = false`` ones only with --all or --only):
 1. its sdist, downloaded once into $WF_CACHE_DIR/corpus/ and checked against PyPI's sha256;
@@ -9,6 +9,9 @@ For each package of examples/corpus/corpus.toml (``ci = false`` ones only with -
 3. installed with pip from the stack's index (``--isolated --index-url``) into a fresh venv with the
    catalog's torch, imported, and its check run (examples/corpus/checks/: ops against plain torch).
 
+With --cuda, instead: each chosen package with a ``cuda_switch`` is built from its CUDA 13.0 requests
+(requests/<name>-cu130.json and -cu130-switch.json, no GPU needed): passed when the farm refuses the cell
+without the switch (no device code) and publishes it with the switch (docs/device-code.md).
 Prints a table and writes bench/results/corpus-<UTC>.json: per package the CPU compile seconds (the
 build stages' own time), wheel size, the layout the run reports, the result and the first error.
 Exit status 1 if any package fails, 2 on bad input. Builds and environments reuse WF_CACHE_DIR.
@@ -106,6 +109,38 @@ def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: 
     return outcome.failed(stage, error, started) if error else outcome.passed(started)
 
 
+def run_cuda(
+    aws: Any, stack: Any, package: Package, kind: str, cache: Path, state_dir: Path, timeout: float
+) -> Outcome:
+    """A package's CUDA request (``cu130`` or ``cu130-switch``), built only (this host has no GPU to check on):
+    without the package's own switch the farm must refuse the cell for its device code, with it publish a build
+    whose cells hold code for the request's arch list (docs/device-code.md)."""
+    from wheelfoundry_local.demo import explain_failure, run_request, show_device_code, upload_source
+    from wheelfoundry_local.progress import Progress
+
+    outcome = Outcome.of(package)
+    outcome.name = f"{package.name} ({kind})"
+    started = time.monotonic()
+    request = json.loads(package.request(kind).read_text())
+    request["source"] = {"s3": upload_source(aws, stack, fetch_sdist(package, cache), package.name)}
+    print(f"\n== {package.name} {package.version}: wheelfoundry local run {package.request(kind).name}")
+    result = run_request(aws, stack, request, print, Progress(), timeout)
+    s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+    outcome.run_id = result.arn.rsplit(":", 1)[1]
+    build_facts(s3, bucket, outcome, request)
+    show_device_code(s3, bucket, result, print)
+    if not result.succeeded:
+        explain_failure(s3, bucket, result, state_dir, print, debug=False)
+    error = build_error(s3, bucket, outcome.run_id, result) if not result.succeeded else ""
+    if kind == "cu130-switch" and result.succeeded:
+        return outcome.passed(started)
+    if kind == "cu130" and "DEVICE CODE REFUSED" in error:  # refused, as it must be without the switch
+        return outcome.passed(started)
+    return outcome.failed(
+        "build", error or f"published without {package.cuda_switch}: the check let it through", started
+    )
+
+
 def build_error(s3: Any, bucket: str, run_id: str, result: Any) -> str:
     """The first failed job's stage and cause line, as `local run` shows them; else the execution's error."""
     from wheelfoundry_user.failures import run_failures
@@ -143,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="also the packages marked ci = false")
     parser.add_argument("--state-dir", default=".wf-local/corpus", help="instances, logs, venvs, wheels")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per package's run")
+    parser.add_argument(
+        "--cuda", action="store_true", help="instead: the CUDA requests of packages with a cuda_switch (long builds)"
+    )
     args = parser.parse_args(argv)
     if isinstance(sys.stdout, io.TextIOWrapper):  # progress shows as it happens in CI's captured log too
         sys.stdout.reconfigure(line_buffering=True)
@@ -164,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         for package in chosen:
-            outcomes.append(run_package(aws, stack, package, cache, state_dir, args.timeout))
+            if not args.cuda:
+                outcomes.append(run_package(aws, stack, package, cache, state_dir, args.timeout))
+            elif package.cuda_switch:  # without the switch refused (no device code), with it published
+                for kind in ("cu130", "cu130-switch"):
+                    outcomes.append(run_cuda(aws, stack, package, kind, cache, state_dir, args.timeout))
         left = aws.instances()
     lines = table(outcomes)
     print("\n" + "\n".join(lines))

@@ -40,6 +40,7 @@ class Package:
     requires: tuple[str, ...] = ()
     ci: bool = True
     notes: str = ""
+    cuda_switch: str = ""  # the package's own switch for its CUDA kernels (requests/<name>-cu130-switch.json sets it)
 
     @property
     def filename(self) -> str:
@@ -80,13 +81,32 @@ def load_corpus(path: Path) -> list[Package]:
             requires=tuple(raw.get("requires") or ()),
             ci=bool(raw.get("ci", True)),
             notes=str(raw.get("notes", "")),
+            cuda_switch=need("cuda_switch", r"[A-Z][A-Z0-9_]*") if "cuda_switch" in raw else "",
         )
-        for missing in [p for p in (check, package.request("cpu"), package.request("cu130")) if not p.is_file()]:
+        kinds = ("cpu", "cu130", "cu130-switch") if package.cuda_switch else ("cpu", "cu130")
+        requests = [package.request(kind) for kind in kinds]
+        for missing in [p for p in (check, *requests) if not p.is_file()]:
             raise CorpusError(f"{where}: {missing.relative_to(ROOT)} does not exist")
+        if package.cuda_switch:
+            check_switch(where, package)
         if not package.filename.startswith((f"{name.replace('-', '_')}-{version}.", f"{name}-{version}.")):
             raise CorpusError(f"{where}: url names {package.filename}, not version {version} of {name}")
         packages.append(package)
     return packages
+
+
+def check_switch(where: str, package: Package) -> None:
+    """The CUDA request pair of a package with a switch of its own: the same request, the switch set in one."""
+    plain = json.loads(package.request("cu130").read_text())
+    switched = json.loads(package.request("cu130-switch").read_text())
+    env = switched.pop("build_env", {})
+    if plain.get("build_env", {}).get(package.cuda_switch) or not env.get(package.cuda_switch):
+        raise CorpusError(f"{where}: cuda_switch = {package.cuda_switch!r} must be set in build_env of "
+                          f"{package.request('cu130-switch').name} alone")  # fmt: skip
+    if {k: v for k, v in switched.items() if k != "channel"} != {k: v for k, v in plain.items() if k != "channel"}:
+        raise CorpusError(
+            f"{where}: {package.request('cu130-switch').name} differs from its cu130 request beyond build_env"
+        )
 
 
 @dataclass

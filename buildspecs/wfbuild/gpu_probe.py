@@ -2,16 +2,20 @@
 
 Prints one ``WF-GPU {...}`` line per check and a last ``WF-GPU {"verdict": ...}`` line:
 - ``no-device``: torch sees no CUDA device (the emulator's GPU host, or a broken driver);
-- ``not-testable``: the wheel's arch list holds no code this GPU can run (say arch 8.0 on an H100);
-- ``passed`` / ``failed``: every check ran on the GPU; ``failed`` names the first check that did not pass.
-The arch rule is :func:`covers`; the planner (functions/wheelfoundry/gpu_tests.py, which cannot import the
-bundle) applies the same rule, and tests/test_gpu_tests.py holds the two to the same answers.
+- ``not-testable``: the wheel holds no code this GPU can run (say arch 8.0 on an H100): for an extension
+  its device code as read from the wheel's own bytes (``device_code``, wfbuild.gpu_test), else its arch list;
+- ``passed`` / ``failed``: every check ran on the GPU; ``failed`` names the first check that did not pass,
+  or says the wheels hold no device code, or none for this GPU although their arch list asks for it.
+The arch rule is wfbuild/archrule.py, loaded by its path (this file runs outside the bundle's package); the
+planner (functions/wheelfoundry/gpu_tests.py, which cannot import the bundle) applies the same rule, and
+tests/test_gpu_tests.py holds the two to the same answers.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -20,7 +24,21 @@ import sys
 import traceback
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+
+def archrule() -> ModuleType:
+    """wfbuild/archrule.py beside this file, as a module of its own (the probe's venv has no wfbuild)."""
+    if "wf_archrule" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("wf_archrule", Path(__file__).with_name("archrule.py"))
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no archrule.py beside {__file__}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["wf_archrule"] = module  # dataclasses look their module up while the file executes
+        spec.loader.exec_module(module)
+    return sys.modules["wf_archrule"]
 
 
 def emit(**fields: Any) -> None:
@@ -42,16 +60,29 @@ def covers(arch_list: str, capability: tuple[int, int]) -> bool:
     """Whether a build for ``arch_list`` holds code a GPU of ``capability`` runs.
 
     SASS for X.Y runs on X.Z with Z >= Y (an 'a' build only on X.Y itself); PTX for X.Y is compiled
-    by the driver for any newer GPU (NVIDIA's CUDA compatibility guide).
+    by the driver for any newer GPU (NVIDIA's CUDA compatibility guide; wfbuild/archrule.py).
     """
-    for major, minor, variant, ptx in parse_arch_list(arch_list):
-        if (major, minor) == capability:
-            return True
-        if variant != "a" and major == capability[0] and minor <= capability[1]:
-            return True
-        if ptx and (major, minor) <= capability:
-            return True
-    return False
+    parse_arch_list(arch_list)  # its error names the malformed entry
+    rule = archrule()
+    return bool(rule.covers(rule.codes_of_arch_list(arch_list), capability))
+
+
+def device_verdict(spec: dict[str, Any], gpu: str, capability: tuple[int, int]) -> tuple[str, str] | None:
+    """(verdict, detail) when the wheels' own device code rules the GPU out; None: it runs here (or unread)."""
+    files = spec.get("device_code")
+    if files is None:
+        return None
+    rule = archrule()
+    held = {f["file"]: [rule.Code.parse(n) for n in f["codes"]] for f in files if f["codes"]}
+    sm = f"sm_{capability[0]}{capability[1]}"
+    if not held:
+        return "failed", "no compiled file of the wheels holds device code (no .nv_fatbin): a CUDA build of CPU code"
+    if any(rule.covers(codes, capability) for codes in held.values()):
+        return None
+    found = "; ".join(f"{name.rsplit('/', 1)[-1]}: {' '.join(c.name for c in codes)}" for name, codes in held.items())
+    if covers(spec["arch_list"], capability):
+        return "failed", f"arch list {spec['arch_list']} asks for code {gpu} ({sm}) runs, the wheels hold only {found}"
+    return "not-testable", f"the wheels' device code holds nothing {gpu} ({sm}) runs: {found}"
 
 
 def _torch() -> Any:
@@ -139,10 +170,16 @@ def main(spec: dict[str, Any]) -> int:
         return 0
     gpu, capability = torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0))
     where = {"gpu": gpu, "capability": "{}.{}".format(*capability), "driver_cuda": torch.version.cuda}
-    if not covers(spec["arch_list"], capability):
+    ruled_out = device_verdict(spec, gpu, capability)
+    if ruled_out is None and spec.get("device_code") is None and not covers(spec["arch_list"], capability):
         detail = f"arch list {spec['arch_list']} holds no code for {gpu} (sm_{capability[0]}{capability[1]})"
-        emit(verdict="not-testable", detail=detail, **where)
-        return 0
+        ruled_out = "not-testable", detail
+    if ruled_out is not None:
+        emit(verdict=ruled_out[0], detail=ruled_out[1], **where)
+        return 1 if ruled_out[0] == "failed" else 0
+    if spec.get("device_code") is not None:
+        runs = [f["file"].rsplit("/", 1)[-1] for f in spec["device_code"] if f["codes"]]
+        emit(check="device code", ok=True, detail=f"{', '.join(runs)} hold code sm_{capability[0]}{capability[1]} runs")
     for name, check in checks(spec):
         emit(begin=name)
         try:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wfbuild import envs, package_tests, wheelfile
+from wfbuild import devicecode, envs, package_tests, wheelfile
 
 PROBE = Path(__file__).with_name("gpu_probe.py")
 SMOKE_GROUP = "wheelfoundry_smoke"
@@ -33,18 +33,24 @@ TAIL_LINES = 40
 
 
 def probe_spec(wheels: list[Path], arch_list: str, tests: Path | None) -> dict[str, Any]:
+    """What gpu_probe.py checks; for an extension also ``device_code``: per compiled file of the wheels the
+    code it holds, read from these very bytes (wfbuild.devicecode), so the verdict is the wheels' own."""
     infos = [wheelfile.info(w) for w in wheels]
     kind = "torch" if any(i.project == "torch" for i in infos) else "extension"
     modules = ["torch"] if kind == "torch" else sorted({m for w in wheels for m in wheelfile.top_level_modules(w)})
     pairs = zip(wheels, infos, strict=True)
     entry_points = [[i.project, n] for w, i in pairs for n in wheelfile.entry_points(w, SMOKE_GROUP)]
-    return {
+    spec: dict[str, Any] = {
         "kind": kind,
         "arch_list": arch_list,
         "modules": modules,
         "entry_points": entry_points,
         "tests": str(tests.resolve()) if tests else "",  # the probe runs elsewhere
     }
+    if kind == "extension":
+        read = [(f"{w.name}:{name}", entries) for w in wheels for name, entries in devicecode.read_wheel(w).items()]
+        spec["device_code"] = [{"file": f, "codes": sorted({e.code.name for e in es})} for f, es in read]
+    return spec
 
 
 def _pip(python: Path, args: list[str], log: list[str]) -> None:

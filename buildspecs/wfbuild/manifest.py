@@ -109,9 +109,23 @@ def _cells(job: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def device_code(meta: Path) -> dict[str, Any]:
+    """Each CUDA cell's device code (wfbuild.devicecode's records), by cell id."""
+    out: dict[str, Any] = {}
+    for path in sorted((meta / "devicecode").glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("cell"), str):
+            out[record["cell"]] = record
+    return out
+
+
 def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     out = []
     cells = _cells(job or {})
+    held = device_code(work / "meta")
     found = [*(work / "dist" / "wheels").glob("*/cp*/*.whl"), *(work / "dist" / "wheels").glob("*/cp*/torch*/*.whl")]
     for path in sorted(found):
         info = wheelfile.info(path)
@@ -132,7 +146,11 @@ def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]
             "smoke": "passed" if smoke and smoke.get("passed") else ("failed" if smoke else "not run"),
         }
         if cp_dir is not path.parent:
-            entry["cell"] = cells.get((cp_dir.name, path.parent.name))
+            cell = cells.get((cp_dir.name, path.parent.name))
+            entry["cell"] = cell
+            record = held.get((cell or {}).get("id", ""))
+            if record:  # what its CUDA cell compiled, per file (the signed provenance carries it too)
+                entry["device_code"] = {k: record.get(k) for k in ("sass", "ptx", "files", "serves")}
         out.append(entry)
     return out
 
@@ -186,7 +204,7 @@ def build_manifest(work: Path) -> dict[str, Any]:
         "failures": failures(stages),
         "missing_cells": missing_cells(job, built),
         "reproducibility": reproducible.record(meta, (job["packages"] or [{}])[0].get("name"), job["kind"]),
-    }
+    } | ({"device_code": device_code(meta)} if job.get("cuda") and job["kind"] == "extension" else {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -204,8 +204,26 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
         build = Stage(
             f"build-{cid}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,), group=cid
         )
-        stages += [env_stage, build, *_post(p, job, name, python, build.name, False, cell)]
+        stages += [env_stage, build]
+        built = build.name
+        if job.get("cuda"):  # the device code is read before anything of the cell is repaired, tested or published
+            check = _device_code(p, job, cell, name, src, build.name)
+            stages.append(check)
+            built = check.name
+        stages += _post(p, job, name, python, built, False, cell)
     return stages
+
+
+def _device_code(p: Paths, job: dict[str, Any], cell: dict[str, Any], name: str, src: str, built: str) -> Stage:
+    """wfbuild.devicecode for a CUDA cell: its record under meta/devicecode/, the cell refused without it."""
+    cid, python = cell["id"], cell["python"]
+    argv = tool(
+        "devicecode",
+        *("--in-dir", f"{p.raw(name, python)}/{cell_key(cell)}", "--cell", cid),
+        *("--cuda", safety.check(safety.CUDA, job["cuda"], "cuda"), "--arch-list", job.get("arch_list") or ""),
+        *("--out", f"{p.work}/meta/devicecode/{cid}.json", "--src", src),
+    )
+    return Stage(f"devicecode-{cid}", argv, {}, name, python, False, needs=(built,), group=cid, offline=True)
 
 
 def render_stages(job: dict[str, Any], *, work_dir: str = "/work", bundle_dir: str = "/bundle") -> list[Stage]:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from wheelfoundry_user import archs
 from wheelfoundry_user.failures import JobFailure, execution_failure, run_failures
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.tables import duration, table, usd
@@ -128,6 +129,7 @@ def job_row(
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
         "compiler_cache": cache,  # None: no manifest yet, or a build without the stack's cache
         "compile_usage": manifest.get("compile_usage"),  # CPU and wall seconds of the compile stages, cores busy
+        "device_code": manifest.get("device_code"),  # per CUDA cell: what its build holds (wheelfoundry_user.archs)
     }
 
 
@@ -262,6 +264,7 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(table(headers, rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")
+    lines += archs.lines({j["job"]: {"device_code": j.get("device_code")} for j in jobs})
     if status.get("error") or status.get("failures"):
         failures = [JobFailure(**{**f, "cause": tuple(f["cause"])}) for f in status.get("failures") or []]
         lines += execution_failure(

@@ -1,6 +1,6 @@
 """The GPU test step in the plan: which CUDA jobs get one, on what GPU, at what cost, within what cap.
 
-The arch rule is NVIDIA's (the same as buildspecs/wfbuild/gpu_probe.py ``covers``, which runs on the GPU
+The arch rule is NVIDIA's (the same as buildspecs/wfbuild/archrule.py, which gpu_probe.py applies on the GPU
 host with the standard library alone; tests/test_gpu_tests.py holds the two to the same answers).
 """
 
@@ -15,7 +15,8 @@ from wheelfoundry.targets import ARCH, split_arch_list
 
 
 def covers(arch_list: str, capability: tuple[int, int]) -> bool:
-    """SASS X.Y runs on X.Z, Z >= Y (an 'a' build on X.Y alone); PTX X.Y on any GPU from X.Y up."""
+    """SASS X.Y runs on X.Z, Z >= Y (an 'a' build on X.Y alone); PTX X.Y on any GPU from X.Y up, except
+    arch-specific ('a') PTX, which runs on X.Y alone, and family-specific ('f') PTX, within its major."""
     for item in split_arch_list(arch_list):  # the arch lists Validate accepted (wheelfoundry.targets)
         match = ARCH.match(item)
         if not match:
@@ -24,7 +25,7 @@ def covers(arch_list: str, capability: tuple[int, int]) -> bool:
         arch = (major, minor)
         if arch == capability or (match["suffix"] != "a" and major == capability[0] and minor <= capability[1]):
             return True
-        if match["ptx"] and arch <= capability:
+        if match["ptx"] and not match["suffix"] and arch <= capability:
             return True
     return False
 

@@ -87,6 +87,12 @@ def torch_requirement(versions: Sequence[str]) -> str:
 def _platform(tags: frozenset[object], filename: str) -> tuple[int, int, str]:
     found = [MANYLINUX.match(str(getattr(t, "platform", ""))) for t in tags]
     parsed = [(int(m[1]), int(m[2]), m[3]) for m in found if m]
+    if not parsed and all(str(getattr(t, "platform", "")) == "any" for t in tags):
+        raise MergeConflict(  # a CUDA cell is refused before this (wfbuild.devicecode); a CPU cell may get here
+            f"{filename}: a pure-Python wheel: its cell compiled nothing. If the package compiles its extension "
+            "only behind a switch of its own (e.g. TLA_BUILD_LEGACY_CUDA=1), set it in the request's build_env; "
+            "only compiled (manylinux) cell wheels merge"
+        )
     if not parsed:
         raise MergeConflict(f"{filename}: not a repaired manylinux wheel; only manylinux cell wheels merge")
     return min(parsed)  # a wheel with several tags needs the oldest of them

@@ -57,6 +57,34 @@ def _dependencies(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _content(value: Any) -> str:
+    return base64.b64encode(json.dumps(value, sort_keys=True).encode()).decode()
+
+
+def device_code(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per job, per CUDA cell: the requested arch list, and per compiled file its SASS archs, PTX targets and
+    PTX ISA versions (docs/device-code.md)."""
+    out: dict[str, Any] = {}
+    for key, manifest in sorted(manifests.items()):
+        cells = manifest.get("device_code") or {}
+        if not isinstance(cells, dict) or not cells:
+            continue
+        out[str(manifest.get("job_id", key))] = {
+            str(cell): {
+                "arch_list": rec.get("arch_list"),
+                "status": rec.get("status"),
+                "files": {
+                    name: {k: held.get(k, []) for k in ("sass", "ptx", "ptx_isa")}
+                    for name, held in sorted((rec.get("files") or {}).items())
+                    if isinstance(held, dict)
+                },
+            }
+            for cell, rec in sorted(cells.items())
+            if isinstance(rec, dict)
+        }
+    return out
+
+
 def statement(
     wheel: Mapping[str, Any],
     request: Mapping[str, Any],
@@ -76,6 +104,13 @@ def statement(
     toolchains = {m.get("job_id", k): m.get("toolchain", {}) for k, m in sorted(manifests.items())}
     flags = {m.get("job_id", k): m.get("flags", {}) for k, m in sorted(manifests.items())}
     repro = {m.get("job_id", k): m.get("reproducibility", {}) for k, m in sorted(manifests.items())}
+    byproducts = [
+        {"name": "toolchain", "content": _content(toolchains)},
+        {"name": "reproducibility", "content": _content(repro)},
+    ]
+    held = device_code(manifests)
+    if held:  # a CUDA extension's cells: what each compiled file holds (wfbuild.devicecode)
+        byproducts.append({"name": "device_code", "content": _content(held)})
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": wheel["filename"], "digest": {"sha256": wheel["sha256"]}}],
@@ -90,16 +125,7 @@ def statement(
             "runDetails": {
                 "builder": {"id": f"{builder['stack']}:{builder['state_machine']}"},
                 "metadata": {"invocationId": run.get("execution") or run["id"]},
-                "byproducts": [
-                    {
-                        "name": "toolchain",
-                        "content": base64.b64encode(json.dumps(toolchains, sort_keys=True).encode()).decode(),
-                    },
-                    {
-                        "name": "reproducibility",
-                        "content": base64.b64encode(json.dumps(repro, sort_keys=True).encode()).decode(),
-                    },
-                ],
+                "byproducts": byproducts,
             },
         },
     }

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wheelfoundry_user import archs
 from wheelfoundry_user.failures import execution_failure, run_failures
 from wheelfoundry_user.public import PublicIndex, pinned_keyring
 from wheelfoundry_user.verify import pem_of
@@ -142,6 +143,7 @@ def run_demo(
         request["source"] = {"s3": upload_source(aws, stack, source, project)}
         out(f"uploaded {source} as {request['source']['s3']}; running {request_path.name}")
         result = run_request(aws, stack, request, out, progress, timeout)
+        show_device_code(s3, bucket, result, out)
         if not result.succeeded:
             explain_failure(s3, bucket, result, state_dir, out, debug)
             return 1
@@ -168,6 +170,15 @@ def run_demo(
     what = "demo" if test else "run"
     out(f"{what} {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if code == 0 and not left else 1
+
+
+def show_device_code(s3: Any, bucket: str, result: ExecutionResult, out: Print) -> None:
+    """Per CUDA cell the architectures its build holds (or why it was refused), from the jobs' manifests."""
+    run = result.arn.rsplit(":", 1)[1]
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"runs/{run}/jobs/")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith("/manifest.json")]
+    for line in archs.lines({k: json.loads(s3.get_object(Bucket=bucket, Key=k)["Body"].read()) for k in keys}):
+        out(line)
 
 
 def save_public_key(aws: EmbeddedAws, stack: Any, dist: Path) -> str:

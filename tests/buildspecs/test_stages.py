@@ -117,10 +117,19 @@ def test_extension_stages() -> None:
     job = jobs("extension")["wf-example-ops-cuda12.6-x86_64"]
     cells = ["torch2.6.0-cp311-cuda12.6-x86_64", "torch2.13.0-cp311-cuda12.6-x86_64"]
     stages = render_stages(job)
-    per_cell = [f"{step}-{cell}" for cell in cells for step in ("env", "build", "repair", "smoke")]
+    steps = ("env", "build", "devicecode", "repair", "smoke")
+    per_cell = [f"{step}-{cell}" for cell in cells for step in steps]
     assert [s.name for s in stages] == ["checkout-wf-example-ops", *per_cell, "manifest"]
-    assert [s.group for s in stages] == [None, *[c for c in cells for _ in range(4)], None]
+    assert [s.group for s in stages] == [None, *[c for c in cells for _ in steps], None]
     cell = cells[1]
+    # A CUDA cell's device code is read after its build and before anything repairs, tests or publishes it.
+    check = _stage(job, f"devicecode-{cell}")
+    assert check.needs == (f"build-{cell}",) and _stage(job, f"repair-{cell}").needs == (check.name,)
+    assert _args(check, "--in-dir") == ["/work/dist/raw/wf-example-ops/cp311/torch2.13.0"]
+    assert _args(check, "--arch-list") == [job["arch_list"]] and _args(check, "--cuda") == ["12.6"]
+    assert _args(check, "--out") == [f"/work/meta/devicecode/{cell}.json"] and check.offline
+    cpu = render_stages(jobs("extension")["wf-example-ops-cpu-x86_64"])
+    assert not [s.name for s in cpu if s.name.startswith("devicecode-")]  # a CPU cell has no device code to read
     env_stage = _stage(job, f"env-{cell}")
     assert _args(env_stage, "--torch") == ["torch==2.13.0"]
     assert _args(env_stage, "--index-url") == ["https://download.pytorch.org/whl/cu126"]

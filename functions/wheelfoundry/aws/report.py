@@ -75,6 +75,8 @@ def report(
         "merge": merge,
         "layout": {"chosen": merge.get("layout"), "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "missing_cells": merge.get("missing_cells") or [],
+        # per CUDA cell that got to Collect, what its build holds (a refused cell's job failed: see "failed")
+        "device_code": {c: r for res in results for c, r in sorted((res.get("device_code") or {}).items())},
         "images": images,
         "upload": {
             k: upload.get(k) for k in ("status", "target", "uploaded", "skipped", "refused", "Error") if k in upload

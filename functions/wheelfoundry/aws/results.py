@@ -203,7 +203,31 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
+        # per CUDA cell, what its build holds ({} for other jobs): report.json carries it
+        "device_code": device_code_summary(
+            manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []}
+        ),
     }
+
+
+def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:
+    """``{cell: {status, arch_list, sass, ptx, missing}}`` for a CUDA extension job (what each cell's build holds,
+    wfbuild.devicecode), ``{}`` for any other job. The manifest is the build's: only the contract's ``cells``
+    count, each list and string cut short (the execution's state stays small)."""
+    records = manifest.get("device_code")
+    if not isinstance(records, dict) or not records:
+        return {}
+
+    def short(value: Any) -> Any:
+        if isinstance(value, list):
+            return [str(v)[:40] for v in value[:32]]
+        return str(value)[:80] if value is not None else None
+
+    keys = ("status", "arch_list", "sass", "ptx", "missing")
+    out = {
+        c: {k: short(r.get(k)) for k in keys} for c, r in sorted(records.items()) if c in cells and isinstance(r, dict)
+    }
+    return out
 
 
 def readable_cause(cause: str | None) -> str:
@@ -268,4 +292,5 @@ def record_result(state: dict[str, Any], s3: Any, terminated: list[str], kept: l
         "published": len(collect_result.get("published", [])),
         "gpu_test": (full["gpu_test"] or {}).get("verdict"),  # None: no GPU test asked
         "timing": collect_result.get("timing"),
+        "device_code": collect_result.get("device_code") or {},  # per CUDA cell that reached Collect (report.json)
     }
