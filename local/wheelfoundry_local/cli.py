@@ -56,6 +56,7 @@ def _up(args: argparse.Namespace) -> int:
             Path(args.state_dir).resolve(),
             Path(args.request),
             None if args.no_source else Path(args.source),
+            public_channels=args.public_channels,
         )
     except UpError as exc:
         print(f"wheelfoundry local up: {exc}")
@@ -106,6 +107,11 @@ def add_local_commands(sub: Any) -> None:
         "--source", default=str(ROOT / "examples/extension"), help="the source folder or sdist .tar.gz to upload there"
     )
     up.add_argument("--no-source", action="store_true", help="upload nothing")
+    up.add_argument(
+        "--public-channels",
+        default="",
+        help="the stack's PublicChannels (e.g. demo): served anonymously by the local edge, the distribution's rules",
+    )
     up.set_defaults(func=_up)
     down = local_sub.add_parser("down", help="stop the `local up` of this state dir")
     down.add_argument("--state-dir", default=".wf-local")

@@ -110,8 +110,12 @@ def run_up(
     source: Path | None,
     out: Print = print,
     poll: float = 1.0,
+    public_channels: str = "",
 ) -> int:
+    from contextlib import ExitStack
+
     from .demo import check_source
+    from .edge import serving_edge
     from .session import EmbeddedAws
 
     if source is not None:  # before anything starts: a file that is no sdist would fail only in the build
@@ -130,18 +134,21 @@ def run_up(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     state_path = state_dir / STATE_FILE
     try:
-        with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
-            parameters = {"BuildHeartbeatSeconds": "120"}
+        with ExitStack() as scope:
+            aws = scope.enter_context(EmbeddedAws(state_dir=state_dir, registration_delay=1.0))
+            parameters = {"BuildHeartbeatSeconds": "120", "PublicChannels": public_channels}
             if source is not None:  # the request names its own bucket: the stack lets the builds read it
                 parameters["ExtensionSourceBucket"] = source_location(request_path)[0]
             stack = aws.deploy(root / "template.yaml", parameters=parameters)
             uploaded = upload_to_request_uri(aws, request_path, source) if source is not None else None
+            edge = scope.enter_context(serving_edge(aws, stack)) if public_channels else None
             state = {
                 "pid": os.getpid(),
                 "endpoint": aws.endpoint,
                 "region": aws.region,
                 "stack": stack.name,
                 "outputs": stack.outputs,
+                "edge": edge.url if edge is not None else None,
                 "started_at": time.time(),
             }
             temporary = state_path.with_suffix(".tmp")
@@ -149,6 +156,10 @@ def run_up(
             temporary.replace(state_path)
             for line in banner(aws.endpoint, aws.region, stack.outputs, request_path, uploaded):
                 out(line)
+            if edge is not None:  # anyone's URL on AWS, and where the local edge serves it
+                public = stack.outputs["PublicIndexUrl"]
+                out(f"public channels {public_channels}: {public}<channel>/")
+                out(f"  served here, anonymously, by the local edge: {edge.local(public)}<channel>/")
             _serve(aws, stack.state_machine_arn, stop, out, poll)
             out("stopping: running executions are stopped, the embedded AWS is emptied")
     finally:
