@@ -9,10 +9,12 @@ machine reuses them between jobs (wfbuild.envs keys the cache by interpreter and
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["WF_CACHE_DIR"] = tempfile.mkdtemp(prefix="wf-test-cache-")
         _CREATED.append(os.environ["WF_CACHE_DIR"])
     os.makedirs(os.environ["WF_CACHE_DIR"], exist_ok=True)  # a folder named but not made yet (fixtures write into it)
+
+
+# Measured seconds per test (tools/test_durations.py writes it from a JUnit report of a whole run).
+DURATIONS = Path(__file__).with_name("durations.json")
+UNMEASURED = 30.0  # a test not measured yet: a middling guess, so a new heavy test neither starts first nor last
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest tests first: pytest-xdist hands tests to its workers in this order, so a long build
+    starts while the others run, never alone at the end of the session (stable: ties keep file order)."""
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -seconds.get(item.nodeid, UNMEASURED))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
