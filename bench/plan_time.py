@@ -6,6 +6,11 @@ Prints a table (request, runs, best, median, worst in ms; first a bare interpret
 and writes bench/results/plan_time-<UTC>.json. The goal: `plan` of a one-job request answers within 300 ms
 of a bare interpreter start (median minus median); exit 1 when it does not. The command imports neither the
 embedded AWS nor boto3 for `plan`, and reads only the toolkit locks its jobs use.
+
+Two environments: the user's, a venv with what `pip install 'wheelfoundry[cli]'` installs (made once under
+.tools/plan-user-venv, at the Lambda lock's versions), which the goal is judged in; and this repository's
+development venv, shown beside it. The development venv also holds jsonschema's optional format checkers
+(idna, rfc3339-validator, ... pulled in by the test tooling), which `import jsonschema` loads eagerly.
 """
 
 from __future__ import annotations
@@ -29,14 +34,48 @@ REQUESTS = {
 }
 
 
+USER_VENV = ROOT / ".tools" / "plan-user-venv"
+
+
+def user_venv() -> Path:
+    """A venv with the CLI as a user installs it (non-editable), made once; its python."""
+    python = USER_VENV / "bin" / "python"
+    stamp = USER_VENV / ".installed"
+    if not stamp.is_file() or stamp.read_text() != _fingerprint():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(USER_VENV)], check=True)
+        constraints = USER_VENV / "constraints.txt"
+        lock = (ROOT / "functions" / "requirements.txt").read_text().splitlines()
+        constraints.write_text("\n".join(line.split()[0] for line in lock if "==" in line.split(" ")[0]) + "\n")
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(constraints)]
+        subprocess.run([*pip, f"{ROOT}[cli]"], check=True)
+        stamp.write_text(_fingerprint())
+    return python
+
+
+def _fingerprint() -> str:
+    """What the user venv was made from: the project's code and dependencies (remade when they change)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder in ("functions/wheelfoundry", "cli"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(path.read_bytes())
+    digest.update((ROOT / "pyproject.toml").read_bytes())
+    return digest.hexdigest()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    exe = os.path.join(os.path.dirname(sys.executable), "wheelfoundry")
+    python = user_venv()
+    exe = str(python.with_name("wheelfoundry"))
+    dev = os.path.join(os.path.dirname(sys.executable), "wheelfoundry")
     rows = []
-    commands = {"bare interpreter (python -c pass)": [sys.executable, "-c", "pass"]}
+    commands = {"bare interpreter (python -c pass)": [str(python), "-c", "pass"]}
     commands |= {label: [exe, "plan", request] for label, request in REQUESTS.items()}
+    commands |= {f"dev venv: {label}": [dev, "plan", request] for label, request in REQUESTS.items()}
     for label, argv in commands.items():
         times = []
         for _ in range(args.runs):
