@@ -89,3 +89,16 @@ def s3_bucket(bucket: str) -> Iterator[Any]:
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket=bucket)
         yield client
+
+
+def http_get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    """GET as an anonymous client: status, headers and body, also of an error answer."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()

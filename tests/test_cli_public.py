@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from wheelfoundry_cli.index_server import serving
 from wheelfoundry_cli.main import main
 
+from tests.helpers import http_get
 from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
 from wheelfoundry import provenance
 from wheelfoundry.edge import Edge
@@ -131,14 +130,6 @@ def test_a_key_file_swapped_on_the_site_is_refused(
     assert code == EXIT_FAILED and f"not the pinned {fingerprint}: refused" in err
 
 
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, b""
-
-
 def test_index_serve_of_a_public_url_passes_only_verified_wheels(
     aws: EmbeddedAws,  # noqa: F811
     site: tuple[DeployedStack, LocalEdge, str],
@@ -148,9 +139,10 @@ def test_index_serve_of_a_public_url_passes_only_verified_wheels(
     keys = pinned_keyring(public, [fingerprint])
     wheel = f"/wheels/ci/wf-tiny-ext/{WHEEL}"
     with serving(HttpOrigin(public), "public", keys=keys) as base:
-        status, page = get(f"{base}/simple/ci/wf-tiny-ext/")
+        status, _, page = http_get(f"{base}/simple/ci/wf-tiny-ext/")
         assert status == 200 and WHEEL.encode() in page
-        assert get(base + wheel) == (200, BODY)
+        status, _, body = http_get(base + wheel)
+        assert (status, body) == (200, BODY)
     tamper(aws, stack)
     with serving(HttpOrigin(public), "public", keys=keys) as base:
-        assert get(base + wheel)[0] == 403
+        assert http_get(base + wheel)[0] == 403

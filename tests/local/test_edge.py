@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import TEMPLATE
+from tests.helpers import TEMPLATE, http_get
 from wheelfoundry.edge import WHEEL_CACHE, Edge
 from wheelfoundry.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
@@ -54,15 +54,6 @@ def publish(aws: EmbeddedAws, stack: DeployedStack, channel: str) -> dict[str, A
     )
 
 
-def get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    try:
-        with urllib.request.urlopen(request) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
-
-
 def test_only_the_public_channels_and_the_key_are_served(
     aws: EmbeddedAws, public: tuple[DeployedStack, LocalEdge]
 ) -> None:
@@ -78,16 +69,16 @@ def test_only_the_public_channels_and_the_key_are_served(
         f"/keys/{key}.pem",
     ]
     for path in served:
-        assert get(edge.url + path)[0] == 200, path
+        assert http_get(edge.url + path)[0] == 200, path
     for path in [
         "/simple/private/",
         f"/wheels/private/wf-probe/{WHEEL.replace('+', '%2B')}",
         "/simple/ci/.index-state.json",
         "/bundles/current.json",
     ]:
-        status, headers, body = get(edge.url + path)
+        status, headers, body = http_get(edge.url + path)
         assert (status, headers["X-Cache"]) == (403, "Error from cloudfront") and b"AccessDenied" in body, path
-    assert get(edge.url + "/simple/ci/", None)[0] == 200
+    assert http_get(edge.url + "/simple/ci/", None)[0] == 200
     request = urllib.request.Request(edge.url + "/simple/ci/", method="POST", data=b"x")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request)
@@ -109,12 +100,12 @@ def test_json_or_html_by_accept_and_plus_signs_reach_their_keys(
         ("application/vnd.pypi.simple.v1+json;q=0", "text/html"),
         ("*/*", "text/html"),
     ]:
-        status, headers, body = get(page, accept)
+        status, headers, body = http_get(page, accept)
         assert status == 200 and headers["Content-Type"].startswith(kind), accept
-    data = json.loads(get(page, "application/vnd.pypi.simple.v1+json")[2])
+    data = json.loads(http_get(page, "application/vnd.pypi.simple.v1+json")[2])
     assert data["files"][0]["url"] == f"../../../wheels/ci/wf-probe/{WHEEL.replace('+', '%2B')}"
     for spelled in ("torch-2.13.0%2Bcpu.html", "torch-2.13.0+cpu.html"):
-        status, _, body = get(f"{edge.url}/simple/ci/{spelled}")
+        status, _, body = http_get(f"{edge.url}/simple/ci/{spelled}")
         assert status == 200 and WHEEL.replace("+", "%2B").encode() in body, spelled
 
 
@@ -126,19 +117,19 @@ def test_a_publish_invalidates_what_it_changed_and_nothing_else(
     first = publish(aws, stack, "ci")["edge"]
     assert "/simple/ci/wf-probe/index.html" in first["invalidated"]
     page = f"{edge.url}/simple/ci/wf-probe/"
-    assert get(page)[1]["X-Cache"] == "Miss from cloudfront"
-    assert get(page)[1]["X-Cache"] == "Hit from cloudfront"
+    assert http_get(page)[1]["X-Cache"] == "Miss from cloudfront"
+    assert http_get(page)[1]["X-Cache"] == "Hit from cloudfront"
     wheel = f"{edge.url}/wheels/ci/wf-probe/{WHEEL.replace('+', '%2B')}"
-    status, headers, _ = get(wheel)
+    status, headers, _ = http_get(wheel)
     assert status == 200 and headers["Cache-Control"] == "public, max-age=31536000, immutable"
     assert publish(aws, stack, "ci")["edge"]["invalidated"] == []  # nothing changed: nothing to invalidate
     newer = WHEEL.replace("1.0+", "1.1+")
     put_wheel(aws, stack, "ci", newer)
     second = publish(aws, stack, "ci")["edge"]
     assert "/simple/ci/wf-probe/index.html" in second["invalidated"]
-    status, headers, body = get(page)
+    status, headers, body = http_get(page)
     assert headers["X-Cache"] == "Miss from cloudfront" and newer.replace("+", "%2B").encode() in body
-    assert get(wheel)[1]["X-Cache"] == "Hit from cloudfront"  # wheels are never invalidated
+    assert http_get(wheel)[1]["X-Cache"] == "Hit from cloudfront"  # wheels are never invalidated
     listed = aws.client("cloudfront").list_invalidations(DistributionId=edge.distribution.id)["InvalidationList"]
     assert listed["Quantity"] == 2
 

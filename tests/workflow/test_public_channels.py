@@ -9,13 +9,12 @@ import json
 import subprocess
 import sys
 import sysconfig
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import http_get
 from tests.workflow.conftest import explained, extension_request, run, s3_keys, source, upload
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.consumer import anonymous_env
@@ -27,15 +26,6 @@ PIP_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v
 @pytest.fixture
 def parameters() -> dict[str, Any]:
     return {"BuildHeartbeatSeconds": "60", "PublicChannels": "ci"}
-
-
-def get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    try:
-        with urllib.request.urlopen(request) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
 
 
 def fresh_venv(where: Path) -> Path:
@@ -94,31 +84,31 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
         pip_install(second, "--no-index", "-f", edge.local(find_links), "wf-tiny-ext")
         assert str(tmp_path / "by-find-links") in smoke(second)
         # As a user types it, with a literal '+': the function sends it on as %2B (S3 reads '+' as a space).
-        status, _, body = get(edge.local(find_links).replace("%2B", "+"))
+        status, _, body = http_get(edge.local(find_links).replace("%2B", "+"))
         assert status == 200 and b"wf_tiny_ext-" in body
-        status, headers, _ = get(f"{edge.url}/{wheel_key.replace('+', '%2B')}")  # as Collect published it
+        status, headers, _ = http_get(f"{edge.url}/{wheel_key.replace('+', '%2B')}")  # as Collect published it
         assert status == 200 and headers["Cache-Control"] == "public, max-age=31536000, immutable"
 
         for path in private:
-            status, _, body = get(edge.url + path)
+            status, _, body = http_get(edge.url + path)
             assert status == 403 and b"AccessDenied" in body, path
         assert s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/report.json")  # it is there, only not public
 
         page = f"{index}wf-tiny-ext/"
-        status, headers, body = get(page, PIP_ACCEPT)
+        status, headers, body = http_get(page, PIP_ACCEPT)
         assert status == 200 and headers["Content-Type"] == "application/vnd.pypi.simple.v1+json"
         listing = json.loads(body)
         assert listing["meta"]["api-version"] == "1.1" and listing["name"] == "wf-tiny-ext"
         (entry,) = listing["files"]
         assert entry["filename"] == wheel_key.rsplit("/", 1)[1] and entry["size"] > 0 and entry["core-metadata"]
-        status, headers, html = get(page)
+        status, headers, html = http_get(page)
         assert status == 200 and headers["Content-Type"].startswith("text/html")
         assert entry["hashes"]["sha256"] in html.decode()
-        status, headers, _ = get(page, "text/html, application/vnd.pypi.simple.v1+json; q=0.5")
+        status, headers, _ = http_get(page, "text/html, application/vnd.pypi.simple.v1+json; q=0.5")
         assert headers["Content-Type"].startswith("text/html")  # HTML preferred by its q
 
         # Cached at the edge; a publish that changes the page invalidates it, and the next user sees it.
-        assert get(page)[1]["X-Cache"] == "Hit from cloudfront"
+        assert http_get(page)[1]["X-Cache"] == "Hit from cloudfront"
         newer = wheel_key.replace("wf_tiny_ext-0.1.0+", "wf_tiny_ext-0.1.1+")
         assert newer != wheel_key
         head = s3.head_object(Bucket=bucket, Key=wheel_key)
@@ -137,9 +127,9 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
         invalidated = set(published["edge"]["invalidated"])
         assert {"/simple/ci/wf-tiny-ext/index.html", "/simple/ci/wf-tiny-ext/index.v1.json"} <= invalidated
         assert "/simple/ci/index.html" not in invalidated  # the channel's root page did not change
-        status, headers, html = get(page)
+        status, headers, html = http_get(page)
         assert status == 200 and newer.rsplit("/", 1)[1].replace("+", "%2B") in html.decode()
         assert headers["X-Cache"] == "Miss from cloudfront"
         key = published["edge"]["key_fingerprint"]
-        status, _, pem = get(f"{edge.url}/keys/{key}.pem")
+        status, _, pem = http_get(f"{edge.url}/keys/{key}.pem")
         assert status == 200 and pem.startswith(b"-----BEGIN PUBLIC KEY-----")
