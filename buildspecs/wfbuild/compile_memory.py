@@ -94,7 +94,7 @@ class CompileMemory:
         """Say what happened and what the farm does; the retry's settings, or None: nothing fewer to try."""
         jobs = max(1, int(extra.get("MAX_JOBS") or 1))
         threads = max(1, int(extra.get("WF_NVCC_THREADS") or 1))
-        at_once = max(jobs * threads, found.at_once, 1)
+        at_once = jobs * threads  # what the cell was given (its nvcc steps may have run a few more)
         budget = self.budget_gib(extra)
         fits = math.floor(budget * 1024 / (found.peak_mib * HEADROOM)) if found.peak_mib else at_once
         fewer = max(1, min(at_once // 2, fits)) if at_once > 1 else 0

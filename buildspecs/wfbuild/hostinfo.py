@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+SELF_CGROUP = Path("/proc/self/cgroup")
 NO_LIMIT = 1 << 60  # cgroup v1 writes "no limit" as a page-rounded 2**63
 
 
@@ -33,7 +34,7 @@ def memory_gib() -> float:
 def cgroup_dir() -> tuple[Path, int] | None:
     """This process's memory cgroup folder and its version (1 or 2), where it can be found."""
     try:
-        lines = Path("/proc/self/cgroup").read_text(encoding="ascii").splitlines()
+        lines = SELF_CGROUP.read_text(encoding="ascii").splitlines()
     except OSError:
         return None
     for line in lines:  # v1: "4:memory:/path"; v2: "0::/path"

@@ -127,7 +127,7 @@ def diagnose(
     tool = killed_tool(tail)
     report = report or {}
     at_once, held = int(report.get("compilers_at_once") or 0), int(report.get("compilers_mib_at_once") or 0)
-    ours = [k for k in kills if k.pid in procs]
+    ours = [k for k in kills if k.pid in procs and procs[k.pid].tool[:15] == k.comm]  # pid and name: not a reuse
     if ours:
         victim = procs[ours[-1].pid]
         how = f"the kernel's OOM killer ended {victim.tool} (pid {ours[-1].pid}, {ours[-1].rss_mib} MiB resident)"

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv, walltime
+from wheelfoundry import buildenv, walltime, wheel_size
 from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig, InstanceType
@@ -112,6 +112,7 @@ def plan_extension(
                 found = found if cost.recorded else right_sized(found, config, platform)
                 found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
                 groups.append((cuda, platform, cells, arch_list, cost, found))
+    request, size_note = _resolve_layout(request, groups)
     rails = config.guardrails
     layout = walltime.choose_layouts(
         [g[-1] for g in groups],
@@ -131,6 +132,7 @@ def plan_extension(
             job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
             jobs.append(job)
             costs[job.id] = cost
+    notes += [size_note] if size_note else []
     if not layout.met:
         notes.append(
             f"max_wall_hours {request.options.max_wall_hours:g} cannot be met within this stack's guardrails "
@@ -138,6 +140,20 @@ def plan_extension(
             f"instance-hours): the fastest layout takes {layout.wall:.2f} h"
         )
     return tuple(jobs), notes, costs
+
+
+def _resolve_layout(request: ExtensionRequest, groups: list[Any]) -> tuple[ExtensionRequest, str | None]:
+    """``auto`` planned per cell where the predicted merged wheel exceeds the publish target's per-file
+    limit and the target takes per-cell wheels (wheelfoundry.wheel_size); the plan's note, if any."""
+    if request.layout != "auto":
+        return request, None
+    cells = []
+    for cuda, platform, group_cells, arch_list, cost, _ in groups:
+        size = wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0]
+        cells += [(c.python, platform, size) for c in group_cells]
+    largest = max((size for *_, size in cells), default=0)
+    layout, note = wheel_size.auto_layout(wheel_size.merged_sizes(cells), largest, request.options.publish)
+    return (dataclasses.replace(request, layout="per-cell") if layout == "per-cell" else request), note
 
 
 def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
@@ -158,10 +174,13 @@ def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
     threads = f", nvcc --threads {slots.threads}" if cuda else ""
     busy = walltime.cores_busy(machine, [size], [slots])
     later = "" if cost.recorded else "; not measured yet: a run records what its cells use, the next plan sizes by it"
+    per_job = cost.gib_per_compiler(cuda, config)[0]
+    memory = f"; memory {per_job:g} GiB a compiler ({cost.memory_source})"
+    wheel = f"; a cell wheel ~{cost.wheel_bytes / 1e6:.3g} MB (recorded)" if cost.wheel_bytes is not None else ""
     return (
         f"{job.id}: {size} cell(s) {where}, {slots.cells} at a time, MAX_JOBS {slots.jobs}{threads}; "
         f"expected cores busy {busy:.2f} ({slots.width:g} a cell); {cost.work:.2f} core-h + {cost.serial:.2f} h "
-        f"a cell ({cost.source}){later}"
+        f"a cell ({cost.source}){later}{memory}{wheel}"
     )
 
 
@@ -232,11 +251,12 @@ def _job(
         chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config, cost=cost
     )
     scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
+    per_job, per_thread = cost.gib_per_compiler(bool(cuda), config)  # a recorded peak, or the model
     env = {
         **dict(request.build_env),  # the package's own switches; the farm's names below were refused
-        "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
-        "WF_GIB_PER_COMPILE_JOB": str(config.gib_per_compile_job[accelerator]),
-        "WF_GIB_PER_NVCC_THREAD": str(config.gib_per_nvcc_thread),
+        "MAX_JOBS": str(max_jobs(instance, accelerator, config, per_job)),
+        "WF_GIB_PER_COMPILE_JOB": str(per_job),
+        "WF_GIB_PER_NVCC_THREAD": str(per_thread),
         "WF_RESERVE_GIB": str(config.reserve_gib),
         "USE_CUDA": buildenv.flag(bool(cuda)),
         **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
@@ -263,6 +283,8 @@ def _job(
         label_wheels=request.layout != "per-cell" or request.local_version,
         parallel_cells=slots.cells,
         nvcc_threads=slots.threads,
+        cell_wheel_bytes=wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0],
+        cell_wheel_recorded=cost.wheel_bytes is not None,
         test_command=request.test.command if request.test else (),
         test_requires=request.test.requires if request.test else (),
     )
