@@ -5,6 +5,7 @@ test_compile_memory.py and test_memory_limits.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -151,3 +152,17 @@ def test_a_codebuild_job_is_not_relaunched(kind: str) -> None:
     small = {k: v for k, v in REQUEST.items() if k != "arch_list"} | {"cuda": ["cpu"], "options": {"executor": kind}}
     (job,) = plan_request(parse_request(small), load_catalog(), load_config()).jobs
     assert job.executor == kind and job.retry_instance is None and job_summary(job, "p/")["retry"] is None
+
+
+def test_report_carries_the_peak_and_the_wheel_size_from_collect_into_the_sources_record() -> None:
+    from tests.test_walltime import FakeS3
+    from wheelfoundry.aws.timing import job_timing, record_cells
+
+    config = load_config()
+    timing = job_timing(_contract(), _manifest([("succeeded", 5427.0, None)]), config)
+    s3 = FakeS3()
+    run = {"id": "r1", "bucket": "b", "calibration_key": "calibration/x.json"}
+    assert record_cells(s3, run, [{"timing": timing}]) == 1
+    (cell,) = json.loads(s3.objects["calibration/x.json"])["cells"]
+    assert (cell["peak_gib"], cell["wheel_bytes"]) == (5.3, 60_000_000)
+    assert cell_cost(True, 2, config, json.loads(s3.objects["calibration/x.json"])).peak_gib == 5.3

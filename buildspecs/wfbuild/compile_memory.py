@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 HEADROOM = 1.2  # a compiler is planned at its unit's recorded peak times this
 VERDICT = "OUT OF MEMORY"
+MEMORY_RECORD = "compile memory record:"  # one JSON line per compile stage in build.log
 
 
 class CompileMemory:
@@ -74,6 +75,12 @@ class CompileMemory:
         report = self.watch.report(stage)
         if report is not None:
             self.reports[stage] = report
+            largest = ", ".join(f"{u['unit']} {u['peak_mib']} MiB ({u['tool']})" for u in report["units"][:3])
+            self.job.log.note(
+                f"memory of {stage}: {report['units_seen']} unit(s), the largest {largest}; at most "
+                f"{report['compilers_at_once']} compiler(s) holding {report['compilers_mib_at_once']} MiB at once"
+            )
+            self.job.log.note(f"{MEMORY_RECORD} {stage} {json.dumps(report, sort_keys=True)}")  # bench/heavy_cell.py
         if code == 0 or self.job.runner.aborted:
             return report, None
         position, count = self._before.get(stage, (None, None))
