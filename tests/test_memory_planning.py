@@ -166,3 +166,33 @@ def test_report_carries_the_peak_and_the_wheel_size_from_collect_into_the_source
     (cell,) = json.loads(s3.objects["calibration/x.json"])["cells"]
     assert (cell["peak_gib"], cell["wheel_bytes"]) == (5.3, 60_000_000)
     assert cell_cost(True, 2, config, json.loads(s3.objects["calibration/x.json"])).peak_gib == 5.3
+
+
+def _big(publish: Any, record: dict[str, Any] | None = None) -> Any:
+    """Four torch releases x one Python of a CUDA package whose cell wheel is 60 MB a cell at two archs."""
+    request = {**REQUEST, "torch": ["2.10", "2.11", "2.12", "2.13"], "options": {"executor": "ec2", "publish": publish}}
+    record = record or _record(_manifest([("succeeded", 3000.0, None)]))
+    return plan_request(parse_request(request), load_catalog(), load_config(), record=record)
+
+
+def test_a_merged_wheel_predicted_over_an_indexs_limit_is_planned_per_cell_where_the_index_takes_them() -> None:
+    plan = _big({"url": "https://nexus.example.com/repository/py/", "max_file_mb": 100})
+    assert plan.request.layout == "per-cell" and {j.extension.layout for j in plan.jobs if j.extension} == {"per-cell"}
+    note = next(n for n in plan.notes if n.startswith("layout per-cell"))
+    assert "the merged wheel for Python 3.12 x86_64 would be ~240 MB" in note and "limit of 100 MB" in note
+    assert all(c.local_label for j in plan.jobs if j.extension for c in j.extension.cells)  # labels tell them apart
+    roomy = _big({"url": "https://nexus.example.com/repository/py/", "max_file_mb": 500})
+    assert roomy.request.layout == "auto" and not any("limit" in n for n in roomy.notes)
+
+
+def test_over_pypis_limit_the_plan_names_a_public_channel_and_leaves_the_layout() -> None:
+    plan = _big("pypi")
+    assert plan.request.layout == "auto"
+    note = next(n for n in plan.notes if "would be ~240 MB, over pypi's per-file limit of 100 MB" in n)
+    assert "a public channel of the stack" in note
+    modelled = _big("pypi", {"scope": "s", "cells": []})  # no recorded wheel: the model's 6 MB an architecture
+    assert (modelled.jobs[0].extension.cell_wheel_bytes, modelled.jobs[0].extension.cell_wheel_recorded) == (
+        12_000_000,
+        False,
+    )
+    assert not any("over pypi" in n for n in modelled.notes)

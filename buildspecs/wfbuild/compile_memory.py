@@ -39,6 +39,7 @@ class CompileMemory:
         self.reports: dict[str, dict[str, Any]] = {}
         self.earlier_peak_mib = 0  # the largest unit an earlier attempt of this job saw (0: none)
         self._before: dict[str, tuple[int | None, int | None]] = {}
+        self._attempts: dict[str, int] = {}  # a stage's runs so far (an OOM retry runs it again)
 
     def start(self) -> None:
         self.watch.start()
@@ -64,17 +65,24 @@ class CompileMemory:
         return max(planned, self.earlier_peak_mib * HEADROOM / 1024)
 
     def env(self, stage: str) -> dict[str, str]:
+        """The stage's marker for the memory watch; each attempt of a stage (a retry) is measured apart."""
+        self._attempts[stage] = self._attempts.get(stage, 0) + 1
         self._before[stage] = (oom.kernel_log_position(), hostinfo.oom_kills())
-        return self.watch.marker(stage)
+        return self.watch.marker(self._key(stage))
+
+    def _key(self, stage: str) -> str:
+        attempt = self._attempts.get(stage, 1)
+        return stage if attempt <= 1 else f"{stage}@{attempt}"
 
     def finished(
         self, stage: str, cell: str | None, code: int, tail: Sequence[str], extra: Mapping[str, str]
     ) -> tuple[dict[str, Any] | None, oom.Oom | None]:
         """The stage's memory record, and whether it failed for memory."""
         self.watch.sample()  # the last reading before the stage's figures are taken
-        report = self.watch.report(stage)
+        key = self._key(stage)
+        report = self.watch.report(key)
         if report is not None:
-            self.reports[stage] = report
+            self.reports[key] = report
             largest = ", ".join(f"{u['unit']} {u['peak_mib']} MiB ({u['tool']})" for u in report["units"][:3])
             self.job.log.note(
                 f"memory of {stage}: {report['units_seen']} unit(s), the largest {largest}; at most "
@@ -87,7 +95,7 @@ class CompileMemory:
         now = hostinfo.oom_kills()
         delta = (now - count) if now is not None and count is not None else 0
         budget = self.budget_gib(extra) * 1024
-        found = oom.diagnose(tail, self.watch.pids(stage), report, oom.kernel_kills(position), delta, budget)
+        found = oom.diagnose(tail, self.watch.pids(key), report, oom.kernel_kills(position), delta, budget)
         return report, found
 
     def budget_gib(self, extra: Mapping[str, str]) -> float:
@@ -106,14 +114,15 @@ class CompileMemory:
         fits = math.floor(budget * 1024 / (found.peak_mib * HEADROOM)) if found.peak_mib else at_once
         fewer = max(1, min(at_once // 2, fits)) if at_once > 1 else 0
         where = f"cell {cell}" if cell else f"stage {stage}"
+        # What a reader needs first (the CLI shows 300 characters): the unit, its peak, the instance, the remedy
         head = (
-            f"{VERDICT}: {where}: {found.unit} ({found.tool}) was killed at {found.peak_mib} MiB; "
-            f"{found.at_once} compiler(s) held {found.mib_at_once} MiB at once, of {budget:.1f} GiB this "
-            f"instance ({hostinfo.memory_gib():.1f} GiB) gives the cell's compilers ({found.how})"
+            f"{VERDICT}: {where}: {found.unit} ({found.tool}) was killed at {found.peak_mib} MiB on a "
+            f"{hostinfo.memory_gib():.1f} GiB instance ({budget:.1f} GiB for the cell's compilers, {at_once} at once)"
         )
+        evidence = f"(evidence: {found.how}; {found.at_once} compiler(s) held {found.mib_at_once} MiB at most)"
         if fewer:
             again = f"the farm builds the cell again with {fewer} compiler(s) at once, not {at_once} (nvcc threads 1)"
-            self.job.log.write(f"{head}; {again}; the compiler cache keeps the units that finished")
+            self.job.log.write(f"{head}; {again}, the compiler cache keeping the units that finished {evidence}")
             return {
                 **extra,
                 "MAX_JOBS": str(fewer),
@@ -123,7 +132,7 @@ class CompileMemory:
                 "WF_NVCC_THREADS_POOLED": "0",
                 "WF_NVCC_THREADS_UNPOOLED": "1",
             }
-        self.job.log.write(f"{head}; one compiler at once is already the fewest: {self.larger()}")
+        self.job.log.write(f"{head}; one compiler at once is already the fewest: {self.larger()} {evidence}")
         return None
 
     def larger(self) -> str:

@@ -236,7 +236,7 @@ def test_an_oom_killed_compile_is_explained_and_the_cell_is_built_again_with_few
     log = aws.text(job.replace("job.json", "build.log"))
     verdict = next(line for line in log.splitlines() if line.startswith("OUT OF MEMORY: "))
     assert verdict.startswith(f"OUT OF MEMORY: cell {CELL}: {found['unit']} (cc1plus) was killed at ")
-    assert f"({limit / 2**30:.1f} GiB)" in verdict and "with 1 compiler(s) at once, not 2" in verdict, verdict
+    assert f"on a {limit / 2**30:.1f} GiB instance" in verdict and "with 1 compiler(s) at once, not 2" in verdict
     assert "MAX_JOBS=2 each" in log
     assert sampler.most(first["started_at"], first["ended_at"]) == 2
     assert sampler.most(second["started_at"], second["ended_at"]) == 1, "the retry: one compiler at a time"
