@@ -179,23 +179,33 @@ def build(request: dict[str, Any], source: Path, cwd: Path) -> dict[str, Any]:
     }
 
 
-def table(result: dict[str, Any]) -> str:
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """The result with ``figures`` (the plan against the actual, one record each) and ``units`` (each unit's
+    peak): the tables docs/performance.md shows (tools/perf_docs.py)."""
     plan, run = result["plan"], result["run"]
+    memory = run["memory"]
     wheel = run["wheels"][0]["bytes"] if run["wheels"] else None
-    core_hours = run["compile_cpu_seconds"] / 3600 if run["compile_cpu_seconds"] else None
-    rows = [
-        ("compile stage (s)", "-", f"{run['compile_seconds']:.0f}"),
-        ("compile core-hours", f"{plan['compile_core_hours']:.2f}", f"{core_hours:.2f}" if core_hours else "?"),
-        ("job hours (plan: on its instance)", f"{plan['job_hours']:.2f}", f"{run['run_wall_seconds'] / 3600:.2f}"),
-        ("memory per compiler (GiB)", f"{plan['gib_per_compiler']:g} (model)",
-         f"{run['memory'].get('peak_unit_mib', 0) / 1024:.2f} ({run['memory'].get('unit', '?')})"),
-        ("compilers at once", f"MAX_JOBS {plan['max_jobs']} on {plan['instance']}",
-         f"{run['memory'].get('compilers_at_once', '?')} ({run['parallelism']})"),
-        ("cell wheel (MB)", f"{plan['cell_wheel_bytes'] / 1e6:.1f} (model)", f"{wheel / 1e6:.1f}" if wheel else "?"),
+    core_hours = round(run["compile_cpu_seconds"] / 3600, 3) if run["compile_cpu_seconds"] else None
+    peak = round(memory.get("peak_unit_mib", 0) / 1024, 2)
+    result["figures"] = [
+        {"figure": "compile stage (s)", "plan": None, "actual": run["compile_seconds"]},
+        {"figure": "compile core-hours", "plan": plan["compile_core_hours"], "actual": core_hours},
+        {"figure": "job hours (the plan's on its instance; actual: this machine)", "plan": plan["job_hours"],
+         "actual": round(run["run_wall_seconds"] / 3600, 3)},
+        {"figure": "memory per compiler (GiB; plan: the model)", "plan": plan["gib_per_compiler"], "actual": peak},
+        {"figure": "compilers at once", "plan": f"MAX_JOBS {plan['max_jobs']} on {plan['instance']}",
+         "actual": f"{memory.get('compilers_at_once')} ({run['parallelism']})"},
+        {"figure": "cell wheel (bytes; plan: the model)", "plan": plan["cell_wheel_bytes"], "actual": wheel},
     ]  # fmt: skip
-    lines = [f"{'':36} {'plan':>34} {'actual':>40}"] + [f"{a:36} {b:>34} {c:>40}" for a, b, c in rows]
+    result["units"] = memory.get("units", [])
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{'':58} {'plan':>22} {'actual':>40}"]
+    lines += [f"{f['figure']:58} {f['plan']!s:>22} {f['actual']!s:>40}" for f in result["figures"]]
     lines.append("peak memory per unit:")
-    lines += [f"  {u['unit']:52} {u['tool']:10} {u['peak_mib']:>7} MiB" for u in run["memory"].get("units", [])]
+    lines += [f"  {u['unit']:52} {u['tool']:10} {u['peak_mib']:>7} MiB" for u in result["units"]]
     return "\n".join(lines)
 
 
@@ -223,7 +233,7 @@ def main() -> int:
     for path in result["run"].pop("wheel_paths"):
         shutil.copy2(path, args.keep_wheel)
     result["kept_wheels"] = str(args.keep_wheel)
-    print(table(result))
+    print(table(summarize(result)))
     out = ROOT / "bench" / "results" / f"heavy_cell-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}; wheel kept in {args.keep_wheel}")

@@ -319,7 +319,15 @@ def test_a_cell_interrupted_mid_compile_and_relaunched_compiles_only_what_it_had
     stats = resumed["compiler_cache"]
     assert stats["hits"] == stored and stats["misses"] == 4 - stored, stats
     again = next(s for s in resumed["stages"] if s["name"] == f"build-{CELL}")
+    # The same cell with a cache of its own (a cold prefix): what the relaunch would have cost without it
+    cold_job = _job(aws, source, None, cached | {"SCCACHE_S3_KEY_PREFIX": "sccache/cold/"})
+    with MemoryCgroup() as cgroup:
+        code, cold, _ = _build(aws, cold_job, tmp_path / "third", cache_dir, cgroup, token=False)
+    assert code == 0 and cold["compiler_cache"]["misses"] == 4 and cold["compiler_cache"]["hits"] == 0
+    full = next(s for s in cold["stages"] if s["name"] == f"build-{CELL}")
+    assert again["cpu_seconds"] < 0.8 * full["cpu_seconds"], "the relaunch compiled only the units left"
     print(
-        f"interrupted attempt: build stage {build['seconds']:.1f} s ({stored} units stored); "
-        f"relaunch: {again['seconds']:.1f} s with {stats['hits']} hits, {stats['misses']} misses"
+        f"interrupted attempt: build stage {build['seconds']:.1f} s ({stored} units stored); relaunch: "
+        f"{again['seconds']:.1f} s, {again['cpu_seconds']:.0f} CPU-s ({stats['hits']} hits, {stats['misses']} "
+        f"misses); the cell cold: {full['seconds']:.1f} s, {full['cpu_seconds']:.0f} CPU-s"
     )
