@@ -197,7 +197,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
          "actual": f"{memory.get('compilers_at_once')} ({run['parallelism']})"},
         {"figure": "cell wheel (bytes; plan: the model)", "plan": plan["cell_wheel_bytes"], "actual": wheel},
     ]  # fmt: skip
-    result["units"] = memory.get("units", [])
+    result["units"] = memory.pop("units", [])  # a table of its own
     return result
 
 
@@ -232,7 +232,6 @@ def main() -> int:
     args.keep_wheel.mkdir(parents=True, exist_ok=True)
     for path in result["run"].pop("wheel_paths"):
         shutil.copy2(path, args.keep_wheel)
-    result["kept_wheels"] = str(args.keep_wheel)
     print(table(summarize(result)))
     out = ROOT / "bench" / "results" / f"heavy_cell-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")

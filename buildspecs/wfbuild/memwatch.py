@@ -228,14 +228,17 @@ class MemoryWatch(threading.Thread):
                 if p.peak_kib > per_unit.get(p.unit, (-1, ""))[0]:
                     per_unit[p.unit] = (p.peak_kib, p.tool)
             at_once, kib_at_once = memory.most_at_once, memory.most_kib_at_once
+        # "(cc1plus)": a process that names no unit (the compiler cache's and nvcc's probes): counted at once,
+        # not listed as a unit, unless nothing else was seen
         ranked = sorted(per_unit.items(), key=lambda item: -item[1][0])
+        ranked = [r for r in ranked if not r[0].startswith("(")] or ranked
         units = [{"unit": u, "tool": t, "peak_mib": round(k / KIB)} for u, (k, t) in ranked[:10]]
         return {
             "peak_unit_mib": units[0]["peak_mib"],
             "unit": units[0]["unit"],
             "tool": units[0]["tool"],
             "units": units,
-            "units_seen": len(per_unit),
+            "units_seen": len(ranked),
             "compilers_at_once": at_once,
             "compilers_mib_at_once": round(kib_at_once / KIB),
         }
