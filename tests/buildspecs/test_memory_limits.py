@@ -235,6 +235,7 @@ def test_an_oom_killed_compile_is_explained_and_the_cell_is_built_again_with_few
     assert found["tool"] == "cc1plus" and found["unit"].startswith("csrc/") and found["peak_mib"] > 0.5 * peak
     log = aws.text(job.replace("job.json", "build.log"))
     verdict = next(line for line in log.splitlines() if line.startswith("OUT OF MEMORY: "))
+    print(verdict)
     assert verdict.startswith(f"OUT OF MEMORY: cell {CELL}: {found['unit']} (cc1plus) was killed at ")
     assert f"on a {limit / 2**30:.1f} GiB instance" in verdict and "with 1 compiler(s) at once, not 2" in verdict
     assert "MAX_JOBS=2 each" in log
