@@ -112,7 +112,12 @@ def plan_extension(
                 found = found if cost.recorded else right_sized(found, config, platform)
                 found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
                 groups.append((cuda, platform, cells, arch_list, cost, found))
-    request, size_note = _resolve_layout(request, groups)
+    sizes = [  # each cell wheel's predicted bytes: the layout auto resolves to, by the index's limit
+        (c.python, platform, wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0])
+        for cuda, platform, cells, arch_list, cost, _ in groups
+        for c in cells
+    ]
+    request, size_note = wheel_size.resolve_layout(request, sizes)
     rails = config.guardrails
     layout = walltime.choose_layouts(
         [g[-1] for g in groups],
@@ -140,20 +145,6 @@ def plan_extension(
             f"instance-hours): the fastest layout takes {layout.wall:.2f} h"
         )
     return tuple(jobs), notes, costs
-
-
-def _resolve_layout(request: ExtensionRequest, groups: list[Any]) -> tuple[ExtensionRequest, str | None]:
-    """``auto`` planned per cell where the predicted merged wheel exceeds the publish target's per-file
-    limit and the target takes per-cell wheels (wheelfoundry.wheel_size); the plan's note, if any."""
-    if request.layout != "auto":
-        return request, None
-    cells = []
-    for cuda, platform, group_cells, arch_list, cost, _ in groups:
-        size = wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0]
-        cells += [(c.python, platform, size) for c in group_cells]
-    largest = max((size for *_, size in cells), default=0)
-    layout, note = wheel_size.auto_layout(wheel_size.merged_sizes(cells), largest, request.options.publish)
-    return (dataclasses.replace(request, layout="per-cell") if layout == "per-cell" else request), note
 
 
 def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:

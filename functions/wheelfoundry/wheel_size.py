@@ -15,9 +15,11 @@ where such wheels go instead: a public channel of the stack, which has no per-fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
+from wheelfoundry.model import ExtensionRequest
 from wheelfoundry.publish_targets import LIMIT_OPTIONS, PublishTarget
 from wheelfoundry.targets import split_arch_list
 
@@ -63,3 +65,15 @@ def auto_layout(
     if largest_cell > limit * 1_000_000:
         return "auto", f"{over}, and so would a cell wheel (~{largest_cell / 1e6:.3g} MB): {LIMIT_OPTIONS}"
     return "per-cell", f"layout per-cell: {over}; each cell wheel (~{largest_cell / 1e6:.3g} MB at most) fits"
+
+
+def resolve_layout(
+    request: ExtensionRequest, cells: Sequence[tuple[str, str, int]]
+) -> tuple[ExtensionRequest, str | None]:
+    """The request with ``auto`` planned per cell where ``auto_layout`` says so; the plan's note, if any.
+    ``cells``: each cell's (Python, platform, predicted bytes)."""
+    if request.layout != "auto":
+        return request, None
+    largest = max((size for *_, size in cells), default=0)
+    layout, note = auto_layout(merged_sizes(cells), largest, request.options.publish)
+    return (dataclasses.replace(request, layout="per-cell") if layout == "per-cell" else request), note
