@@ -67,7 +67,7 @@ class CellCost:
     @property
     def memory_source(self) -> str:
         if self.peak_gib is None:
-            return "the model's memory per compiler (no run of this source measured yet)"
+            return "the model's: no run of this source has measured it yet"
         return f"{self.peak_gib:g} GiB, the largest compiler a recorded run of this source ran"
 
 
