@@ -107,7 +107,7 @@ def summary(
     found = []
     for stage in stages:
         record = usage.get(str(stage.get("name")))
-        if not record:
+        if not record or stage.get("status") == "retried":  # a stage run again: its usage is the last run's
             continue
         seconds, wall = _number(record.get("cpu_seconds")), _number(record.get("wall_seconds"))
         start, end = _number(stage.get("started_at")), _number(stage.get("ended_at"))
