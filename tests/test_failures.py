@@ -37,6 +37,18 @@ def test_a_python_error_is_its_verdict_line_not_its_frames() -> None:
     assert line.startswith("FileNotFoundError: no Python 3.12 on this machine")
 
 
+def test_an_out_of_memory_verdict_comes_before_the_compilers_complaints() -> None:
+    verdict = (
+        "OUT OF MEMORY: cell torch2.11.0-cp312-cuda13.0-x86_64: csrc/bwd.cu (cicc) was killed at 7012 MiB; 1 "
+        "compiler(s) held 7012 MiB at once, of 28.0 GiB this instance (32.0 GiB) gives the cell's compilers "
+        "(the kernel's OOM killer ended cicc (pid 4242, 7010 MiB resident)); one compiler at once is already "
+        "the fewest: the farm relaunches the job on a c7i.8xlarge (64 GiB) with what it learned here"
+    )
+    log = "[cell] nvcc error   : 'cicc' died due to signal 9 (Kill signal)\n" + COMPILE_LOG + verdict + "\n"
+    (line,) = cause_lines(log)
+    assert line.startswith("OUT OF MEMORY: cell torch2.11.0-cp312-cuda13.0-x86_64: csrc/bwd.cu (cicc)")
+
+
 def test_without_an_error_line_the_last_line_is_shown() -> None:
     assert cause_lines("step one\nstep two\n") == ("step two",)
 

@@ -177,7 +177,8 @@ def test_callback_fails_the_token_of_a_failed_command(aws: Any) -> None:
             {},
             {
                 "taskToken": "tok",
-                "error": "BuildCommandFailed",
+                # the job's time limit (SSM's ExecutionTimeout): the state machine relaunches it once
+                "error": "BuildTimedOut",
                 "cause": "SSM command 11111111-2222-3333-4444-555555555555 on i-1 ended TimedOut. last words",
             },
         )

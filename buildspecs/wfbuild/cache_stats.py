@@ -46,6 +46,8 @@ def summary(raw: Mapping[str, Any]) -> dict[str, Any]:
             lang: {"hits": hits.get(lang, 0), "misses": misses.get(lang, 0)} for lang in sorted({*hits, *misses})
         },
         "errors": sum(counts("cache_errors").values()),
+        # objects stored: what a relaunch of an interrupted job finds (its hits) instead of compiling again
+        "writes": int(stats.get("cache_writes", 0)),
         "not_cached": {k: int(v) for k, v in (stats.get("not_cached") or {}).items()},
     }
 
@@ -75,6 +77,7 @@ def combine(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "hit_rate": round(hits / (hits + misses), 3) if hits + misses else None,
         "per_language": dict(sorted(langs.items())),
         "errors": sum(p.get("errors", 0) for p in used),
+        "writes": sum(int(p.get("writes", 0)) for p in used),
         "not_cached": not_cached,
         "servers": len(parts),
         # CPU of the compilers the servers ran (their children, not the stages'): part of the compile work
@@ -99,6 +102,7 @@ def read_stats(work: Path, path: Path, note: Callable[[str], None]) -> dict[str,
                 "hits": int(raw["hits"]),
                 "misses": int(raw["misses"]),
                 "errors": int(raw.get("errors", 0)),
+                "writes": int(raw.get("writes", 0)),
                 "per_language": {str(k)[:40]: {"hits": int(v["hits"]), "misses": int(v["misses"])}
                                  for k, v in list(langs.items())[:20]},
                 "not_cached": {str(k)[:80]: int(v) for k, v in list((raw.get("not_cached") or {}).items())[:20]},

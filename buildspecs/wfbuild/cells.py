@@ -44,11 +44,12 @@ def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
     units = parallelism.cuda_units(src) if job.job.get("cuda") and ext and src.is_dir() else None
     if units is not None:
         job.log.note(f"{units} .cu file(s) in the source: nvcc threads take the cores they leave")
+    per_job, per_thread = gib_per_compiler(job)
     return parallelism.cell_slots(
         cores,
         spare_gib(job),
-        float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0),
-        float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0),
+        per_job,
+        per_thread,
         cells,
         int(env.get("MAX_JOBS") or cores),
         parallelism.arch_count(job.job.get("arch_list")) if job.job.get("cuda") else 1,
@@ -57,6 +58,14 @@ def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
         units,
         compiler_pool(job),
     )
+
+
+def gib_per_compiler(job: Job) -> tuple[float, float]:
+    """Memory a compile job and each further nvcc thread is planned at: the plan's figures (the source's
+    recorded peak per unit, or the model: wheelfoundry.walltime), or an earlier attempt's peak if larger."""
+    env = job.job.get("env", {})
+    planned = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0), float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0)
+    return job.memory.gib_per_compiler(planned[0]), job.memory.gib_per_compiler(planned[1])
 
 
 def nvcc_env(job: Job, env: Mapping[str, str], extra: Mapping[str, str], cached: bool) -> dict[str, str]:
@@ -79,7 +88,12 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
     within = f"the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores"
     pooled = f" ({within})" if slots.unpooled else ""  # unpooled 0: no pool (cell_slots)
-    job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}")
+    per_job = gib_per_compiler(job)[0]
+    fit = int(spare_gib(job) // per_job)
+    held = f"; memory: {max(0.0, spare_gib(job)):.1f} GiB for compilers at {per_job:g} GiB each" + (
+        f", {fit} at once" if fit < hostinfo.cores() else ""
+    )
+    job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}{held}")
     job.parallelism = {
         "cells_at_once": slots.cells,
         "max_jobs": slots.jobs,
@@ -88,6 +102,7 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
         "nvcc_threads_pooled": bool(slots.unpooled),
     }
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
+    extra["WF_CELLS_AT_ONCE"] = str(slots.cells)  # an OOM's explanation: the cell's share of the memory
     extra |= {"WF_NVCC_THREADS": str(slots.threads), "WF_NVCC_THREADS_ALONE": str(slots.alone)}
     if slots.unpooled:  # a server that does not start (a container's own) compiles with the count for no pool
         extra |= {"WF_NVCC_THREADS_UNPOOLED": str(slots.unpooled), "WF_NVCC_THREADS_POOLED": "1"}

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from wfbuild.cache_stats import describe, summary
-from wfbuild.cpu_usage import server_cpu
+from wfbuild.cpu_usage import OOM_SCORE_ADJ, server_cpu
 
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_CUDA_COMPILER_LAUNCHER")
 VERSION = "0.16.0"
@@ -108,7 +108,10 @@ class CompilerCache:
             # deep job folder's TMPDIR ("path must be shorter than SUN_LEN") would leave the job uncached.
             self.short_tmp = tempfile.mkdtemp(prefix="wf-sccache-", dir="/tmp")
             env["TMPDIR"] = self.short_tmp
-        proc = subprocess.run([self.binary, "--start-server"], env=env, capture_output=True, text=True, timeout=120)
+        # The server (it daemonizes) runs the compilers: like a compile stage's, they are the OOM killer's first pick.
+        argv = ["sh", "-c", f'echo {OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null; exec "$0" "$@"']
+        argv += [self.binary, "--start-server"]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
         self.running = proc.returncode == 0
         where = f"s3://{stage_env.get('SCCACHE_BUCKET')}/{stage_env.get('SCCACHE_S3_KEY_PREFIX', '')}"
         if self.running:

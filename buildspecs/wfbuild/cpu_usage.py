@@ -33,8 +33,23 @@ def children_cpu() -> float:
     return float(usage.ru_utime + usage.ru_stime)
 
 
+OOM_SCORE_ADJ = 500  # compile stages: the kernel's OOM killer takes a compiler, never the runner
+
+
+def prefer_oom_kill(adj: int = OOM_SCORE_ADJ) -> None:
+    """Raise this process's (and so its children's) oom_score_adj: when memory runs out the kernel ends one
+    of the stage's compilers, not the runner that explains the failure or the SSM agent. Raising needs no
+    privilege; where /proc does not allow it, nothing changes."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as handle:
+            handle.write(str(adj))
+    except OSError:
+        pass
+
+
 def measure(argv: list[str], out: Path, environ: Mapping[str, str] | None = None) -> int:
     """Run ``argv``; write {cpu_seconds, wall_seconds, cores, exit_status} to ``out``; its exit status."""
+    prefer_oom_kill()
     before, started = children_cpu(), time.monotonic()
     try:
         code = subprocess.run(argv, env=None if environ is None else dict(environ), check=False).returncode
@@ -92,7 +107,7 @@ def summary(
     found = []
     for stage in stages:
         record = usage.get(str(stage.get("name")))
-        if not record:
+        if not record or stage.get("status") == "retried":  # a stage run again: its usage is the last run's
             continue
         seconds, wall = _number(record.get("cpu_seconds")), _number(record.get("wall_seconds"))
         start, end = _number(stage.get("started_at")), _number(stage.get("ended_at"))

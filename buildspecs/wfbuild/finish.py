@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from wfbuild import callback, hostfiles, manifest, stage_env
 from wfbuild.stages import Stage
 
+TIME_LIMIT = "time limit exceeded"  # the runner's own deadline, a little before the Build state's timeout
+
 if TYPE_CHECKING:
     from wfbuild.runner import Job
 
@@ -39,6 +41,7 @@ def load_manifest(job: Job) -> dict[str, Any]:
     data["builder"] = job.builder if job.mode == "docker" else {**job.builder, "host": platform.platform()}
     if job.parallelism:  # the estimate's calibration reads it (wheelfoundry.calibration)
         data["parallelism"] = job.parallelism
+    job.memory.add_to_manifest(data)  # each unit's peak: what the next plan of this source sizes memory by
     job.compile.add_to_manifest(data, job.cache, stage_env.for_stage(job, Stage("sccache", [], {}), False))
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     (job.private / "manifest.json").write_text(text, encoding="utf-8")
@@ -53,6 +56,17 @@ def failed_manifest(job: Job, error: str) -> dict[str, Any]:
 def first_failure(job: Job) -> str:
     bad = [r["name"] for r in job.results if r["status"] in ("failed", "aborted")]
     return bad[0] if bad else "smoke"
+
+
+def failure_reason(job: Job) -> str:
+    """The error the state machine matches on: SpotInterrupted and BuildTimedOut relaunch the job (its compiler
+    cache keeps what finished), CompilerOutOfMemory relaunches it on a larger instance; BuildFailed does not."""
+    if job.runner.aborted == "SpotInterrupted":
+        return "SpotInterrupted"
+    if job.runner.aborted == TIME_LIMIT:
+        return "BuildTimedOut"
+    failed = [r for r in job.results if r.get("status") in ("failed", "aborted")]
+    return "CompilerOutOfMemory" if failed and failed[0].get("oom") else "BuildFailed"
 
 
 def finish(job: Job, data: dict[str, Any] | None, error: str | None = None) -> int:
@@ -70,7 +84,7 @@ def finish(job: Job, data: dict[str, Any] | None, error: str | None = None) -> i
     job.s3.upload_file(str(job.private / "manifest.json"), job.bucket, keys["manifest"])
     if ok:
         job.log.note(f"job {data['status']}: {len(wheels)} wheel(s) uploaded")
-    reason = "SpotInterrupted" if job.runner.aborted == "SpotInterrupted" else "BuildFailed"
+    reason = failure_reason(job)
     if not ok:
         job.log.note(f"job failed ({reason}) at stage {first_failure(job)}")
     for thread in job.threads:  # no heartbeat may race the final callback

@@ -168,7 +168,8 @@ def status(job: dict[str, Any], built: list[dict[str, Any]], stages: list[dict[s
     first = canonicalize_name(job["packages"][0]["name"]) if job.get("packages") else None
     if not any(w["smoke"] == "passed" and w["package"] == first for w in built):
         return "failed"
-    if any(s["status"] != "succeeded" for s in stages if s["name"] != "manifest"):
+    # "retried": a compile stage run again with fewer compilers after an OOM kill (wfbuild.compile_memory)
+    if any(s["status"] not in ("succeeded", "retried") for s in stages if s["name"] != "manifest"):
         return "partial"
     return "succeeded"
 

@@ -34,6 +34,7 @@ import boto3
 from wfbuild import (
     callback,
     cells,
+    compile_memory,
     compile_records,
     compiler_cache,
     container,
@@ -91,6 +92,7 @@ class Job:
         self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
         self.parallelism: dict[str, int] = {}  # how the cells shared the host (manifest "parallelism")
+        self.memory = compile_memory.CompileMemory(self)  # compilers' memory, OOM kills and their retries
 
     def start_credentials(self) -> None:
         """Mint the job session the stages get instead of this host's role (wfbuild/credentials.py)."""
@@ -129,6 +131,8 @@ class Job:
                 self.results.append(self._result(Stage("image", [], {}), "succeeded", started, 0, []))
                 self.builder |= {"image": image, "digest": container.image_id(image, self.environ)}
         compiles = self.job["kind"] != "test"  # a test job installs wheels; it needs no toolkit
+        if compiles:
+            self.memory.start()
         if (
             self.mode == "none"
             and compiles
@@ -179,8 +183,9 @@ class Job:
         stage = stage_in if in_container else stage_host
         env = {**stage_env.for_stage(self, stage, in_container), **extra}
         cached = self.cache is not None or (in_container and compiler_cache.wanted(self.job["env"], self.bucket))
-        if compile_records.compiles(stage):  # sccache (a host server, or a stage's own) cannot take -objtemp
-            env |= cells.nvcc_env(self, env, extra, cached)
+        compiling = compile_records.compiles(stage)
+        if compiling:  # sccache (a host server, or a stage's own) cannot take -objtemp
+            env |= cells.nvcc_env(self, env, extra, cached) | self.memory.env(stage.name)
         argv = self.compile.argv(stage, in_container, cached)
         hook = None
         if in_container:
@@ -212,12 +217,18 @@ class Job:
         if hook is not None:
             self.runner.on_abort.remove(hook)
         cpu = self.compile.collect(stage, in_container)
+        memory, oom = self.memory.finished(stage.name, stage.group, code, tail, extra) if compiling else (None, None)
+        retry = self.memory.retry(stage.name, stage.group, oom, extra) if oom else None
         status = "succeeded" if code == 0 else ("aborted" if self.runner.aborted else "failed")
+        status = "retried" if retry is not None else status  # the same stage follows, with fewer compilers
         error = None if code == 0 else f"exit status {code}" + (f": {tail[-1]}" if tail else "")
         result = self._result(stage, status, started, code, list(tail), error)
-        if cpu is not None:
-            result["cpu_seconds"] = cpu
+        result |= ({"cpu_seconds": cpu} if cpu is not None else {}) | ({"memory": memory} if memory else {})
+        result |= {"oom": oom.to_dict()} if oom else {}
         self.results.append(result)
+        if retry is not None:
+            self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
+            return self.run_one(stage_host, stage_in, image, retry)
         if status == "succeeded" and stage.package and stage.name.startswith(("fetch-source", "checkout-")):
             self._snapshot_source(stage.package)
         self.log.note(f"stage {stage.name}: {status} in {result['seconds']:.1f}s")
@@ -290,7 +301,7 @@ def run(environ: Mapping[str, str] | None = None, clients: Mapping[str, Any] | N
             job.threads.append(spot)
         # Stop a little before the Build state's own timeout, so the log still reaches S3.
         limit = max(60.0, float(job.job.get("max_seconds") or 8 * 3600) - 300)
-        deadline = threading.Timer(limit, job.runner.abort, ("time limit exceeded",))
+        deadline = threading.Timer(limit, job.runner.abort, (finish.TIME_LIMIT,))
         deadline.daemon = True
         deadline.start()
         job.run_stages()

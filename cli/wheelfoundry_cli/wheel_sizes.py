@@ -3,9 +3,8 @@
 A merged wheel holds every cell of its Python (one build per torch x CUDA under ``<dist>.wfbuilds/<build
 id>/``), so its size is the sum of its cells'. A cell's size comes from earlier runs where known: the
 merged wheels of an earlier run (``wheelfoundry fetch``) give each build folder's compressed bytes; else
-from a model: a CPU build is small, a CUDA build carries device code for every arch of its arch list
-(SASS per arch, +PTX one more). The model's constants are deliberately on the large side of what
-PyTorch extensions with a handful of kernels measure; a measured size always wins.
+the plan's prediction (wheelfoundry.wheel_size: the source's recorded cell wheels, ``plan --calibration``,
+else a model: a CPU build is small, a CUDA build carries device code for every arch of its arch list).
 """
 
 from __future__ import annotations
@@ -16,12 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelfoundry import wheel_size
 from wheelfoundry.jobs import Job
 from wheelfoundry.publish_targets import LIMIT_OPTIONS, PublishTarget
-from wheelfoundry.targets import split_arch_list
-
-CPU_CELL_BYTES = 1_000_000
-CUDA_BYTES_PER_ARCH = 6_000_000  # one arch's SASS (or PTX) of a mid-sized extension, compressed
 
 
 @dataclass(frozen=True)
@@ -55,10 +51,10 @@ def measured_cells(wheels: Iterable[Path]) -> dict[str, int]:
 
 
 def modelled(job: Job) -> int:
-    if not job.cuda:
-        return CPU_CELL_BYTES
-    archs = split_arch_list(job.arch_list or "")
-    return CUDA_BYTES_PER_ARCH * (len(archs) + sum(a.endswith("+PTX") for a in archs))
+    """The plan's prediction of one cell wheel of ``job`` (recorded runs of the source, else the model)."""
+    if job.extension is not None and job.extension.cell_wheel_bytes:
+        return job.extension.cell_wheel_bytes
+    return wheel_size.modelled(bool(job.cuda), job.arch_list)
 
 
 def estimate(jobs: Iterable[Job], known: dict[str, int] | None = None) -> list[SizeEstimate]:
@@ -74,7 +70,7 @@ def estimate(jobs: Iterable[Job], known: dict[str, int] | None = None) -> list[S
             size = known.get(cell.build_id)
             entry[0] += size if size is not None else modelled(job)
             entry[1] += 1
-            entry[2] += size is not None
+            entry[2] += size is not None or (job.extension.cell_wheel_recorded and size is None)
     return [SizeEstimate(py, plat, size, n, m) for (py, plat), (size, n, m) in sorted(totals.items())]
 
 

@@ -32,6 +32,8 @@ from wheelfoundry.walltime import CellCost
 KEEP = 64  # recorded cells per source: the newest
 CLAMP = 20.0
 BOUND = 0.75  # a cell busy below this share of its cores was limited by its own parallelism, not by them
+MAX_PEAK_GIB = 512.0  # a recorded compiler peak is clamped to this (a build's own figures are untrusted)
+MAX_WHEEL_BYTES = 20 * 10**9
 
 
 def model_work(cuda: bool, archs: int, config: FarmConfig) -> float:
@@ -60,9 +62,36 @@ def cell_cost(
     profile: SourceProfile | None = None,
 ) -> CellCost:
     """The cell's compile core-hours and serial hours: recorded runs of this source where there are any,
-    else what the source holds (``profile``), else the catalog's model."""
-    work, serial = model_work(cuda, archs, config), float(config.estimates["extension_cell_serial"])
+    else what the source holds (``profile``), else the catalog's model; with its recorded peak memory per
+    compiler and wheel size where the record has them."""
     cells = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and bool(c.get("cuda")) == cuda]
+    cost = _work(cuda, archs, config, cells, profile)
+    return dataclasses.replace(cost, peak_gib=recorded_peak(cells), wheel_bytes=recorded_wheel(cells, cuda, archs))
+
+
+def recorded_peak(cells: Iterable[Mapping[str, Any]]) -> float | None:
+    """The largest compiler any recorded cell of the source ran (GiB): memory is sized by the worst unit."""
+    peaks = []
+    for cell in cells:
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            peaks.append(min(MAX_PEAK_GIB, max(0.01, float(cell["peak_gib"]))))
+    return round(max(peaks), 3) if peaks else None
+
+
+def recorded_wheel(cells: Iterable[Mapping[str, Any]], cuda: bool, archs: int) -> int | None:
+    """A cell wheel's bytes from the source's recorded cells: a CUDA cell's scale with its architectures."""
+    sizes = []
+    for cell in cells:
+        with contextlib.suppress(KeyError, TypeError, ValueError, ZeroDivisionError):
+            size = min(MAX_WHEEL_BYTES, max(0, int(cell["wheel_bytes"])))
+            sizes.append(size / max(1, int(cell["archs"])) * archs if cuda else size)
+    return round(statistics.median(sizes)) if sizes else None
+
+
+def _work(
+    cuda: bool, archs: int, config: FarmConfig, cells: list[Mapping[str, Any]], profile: SourceProfile | None
+) -> CellCost:
+    work, serial = model_work(cuda, archs, config), float(config.estimates["extension_cell_serial"])
     ratios, serials, widths = [], [], []
     for cell in cells:
         try:
@@ -109,7 +138,8 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
         if not build:
             continue
         seconds = float(build[0].get("seconds") or 0)
-        serial = sum(float(s.get("seconds") or 0) for s in mine if s is not build[0])
+        # a build attempt retried with fewer compilers after an OOM kill compiled: it is not serial time
+        serial = sum(float(s.get("seconds") or 0) for s in mine if s is not build[0] and s.get("status") != "retried")
         record: dict[str, Any] = {"cell": cell.get("id"), "cuda": cuda, "archs": archs}
         cpu = build[0].get("cpu_seconds")
         if isinstance(cpu, int | float) and not isinstance(cpu, bool) and cpu >= 0 and seconds > 0:
@@ -118,8 +148,30 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
         else:  # a manifest from before the runner measured: assume the cores it was given were busy
             record["compile_core_hours"] = round(seconds * cores / 3600, 5)
         record["serial_hours"] = round(serial / 3600, 5)
+        peaks = [_peak_mib(s) for s in mine if str(s.get("name", "")).startswith("build-")]
+        if any(p is not None for p in peaks):  # every attempt's (an OOM-killed one's too): the largest
+            record["peak_gib"] = round(max(p for p in peaks if p is not None) / 1024, 3)
+        sizes = [w.get("size") for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
+        if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+            record["wheel_bytes"] = max(sizes)
         out.append(record)
     return out
+
+
+def _peak_mib(stage: Mapping[str, Any]) -> float | None:
+    """A build stage's largest compiler (MiB), as the runner measured it (wfbuild.memwatch), or None."""
+    found = []
+    for key in ("memory", "oom"):
+        part = stage.get(key)
+        value = part.get("peak_unit_mib" if key == "memory" else "peak_mib") if isinstance(part, Mapping) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            found.append(float(value))
+    return max(found) if found else None
+
+
+def _cell_of(wheel: Any) -> Any:
+    cell = wheel.get("cell") if isinstance(wheel, Mapping) else None
+    return cell.get("id") if isinstance(cell, Mapping) else None
 
 
 def updated(

@@ -95,6 +95,16 @@ class BuildFailed(WheelFoundryError):
     """The build on the instance failed; the cause carries the log tail."""
 
 
+class CompilerOutOfMemory(BuildFailed):
+    """The kernel's OOM killer ended a compiler of a cell already built one compiler at a time (the runner
+    retries with fewer at once before this): the ASL relaunches the job once on its larger instance."""
+
+
+class BuildTimedOut(BuildFailed):
+    """The build reached its time limit (the runner's deadline, or SSM's execution timeout): the ASL relaunches
+    the job once; its compiler cache keeps the units the first attempt finished."""
+
+
 class BuildCommandFailed(WheelFoundryError):
     """SSM reported the build command Failed, TimedOut or Cancelled before it called back."""
 
@@ -144,6 +154,8 @@ ASL_ERROR_NAMES = frozenset(
         InstanceLost,
         SpotInterrupted,
         BuildFailed,
+        CompilerOutOfMemory,
+        BuildTimedOut,
         BuildCommandFailed,
         ManifestInvalid,
         MergedWheelFailed,

@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv, exclusions, walltime
+from wheelfoundry import buildenv, exclusions, walltime, wheel_size
 from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig, InstanceType
@@ -114,6 +114,12 @@ def plan_extension(
                 found = found if cost.recorded else right_sized(found, config, platform)
                 found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
                 groups.append((cuda, platform, cells, arch_list, cost, found))
+    sizes = [  # each cell wheel's predicted bytes: the layout auto resolves to, by the index's limit
+        (c.python, platform, wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0])
+        for cuda, platform, cells, arch_list, cost, _ in groups
+        for c in cells
+    ]
+    request, size_note = wheel_size.resolve_layout(request, sizes)
     rails = config.guardrails
     layout = walltime.choose_layouts(
         [g[-1] for g in groups],
@@ -133,6 +139,7 @@ def plan_extension(
             job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
             jobs.append(job)
             costs[job.id] = cost
+    notes += [size_note] if size_note else []
     if not layout.met:
         notes.append(
             f"max_wall_hours {request.options.max_wall_hours:g} cannot be met within this stack's guardrails "
@@ -160,10 +167,13 @@ def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
     threads = f", nvcc --threads {slots.threads}" if cuda else ""
     busy = walltime.cores_busy(machine, [size], [slots])
     later = "" if cost.recorded else "; not measured yet: a run records what its cells use, the next plan sizes by it"
+    per_job = cost.gib_per_compiler(cuda, config)[0]
+    memory = f"; memory {per_job:g} GiB a compiler ({cost.memory_source})"
+    wheel = f"; a cell wheel ~{cost.wheel_bytes / 1e6:.3g} MB (recorded)" if cost.wheel_bytes is not None else ""
     return (
         f"{job.id}: {size} cell(s) {where}, {slots.cells} at a time, MAX_JOBS {slots.jobs}{threads}; "
         f"expected cores busy {busy:.2f} ({slots.width:g} a cell); {cost.work:.2f} core-h + {cost.serial:.2f} h "
-        f"a cell ({cost.source}){later}"
+        f"a cell ({cost.source}){later}{memory}{wheel}"
     )
 
 
@@ -234,11 +244,12 @@ def _job(
         chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config, cost=cost
     )
     scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
+    per_job, per_thread = cost.gib_per_compiler(bool(cuda), config)  # a recorded peak, or the model
     env = {
         **dict(request.build_env),  # the package's own switches; the farm's names below were refused
-        "MAX_JOBS": str(max_jobs(instance, accelerator, config)),
-        "WF_GIB_PER_COMPILE_JOB": str(config.gib_per_compile_job[accelerator]),
-        "WF_GIB_PER_NVCC_THREAD": str(config.gib_per_nvcc_thread),
+        "MAX_JOBS": str(max_jobs(instance, accelerator, config, per_job)),
+        "WF_GIB_PER_COMPILE_JOB": str(per_job),
+        "WF_GIB_PER_NVCC_THREAD": str(per_thread),
         "WF_RESERVE_GIB": str(config.reserve_gib),
         "USE_CUDA": buildenv.flag(bool(cuda)),
         **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
@@ -265,6 +276,8 @@ def _job(
         label_wheels=request.layout != "per-cell" or request.local_version,
         parallel_cells=slots.cells,
         nvcc_threads=slots.threads,
+        cell_wheel_bytes=wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0],
+        cell_wheel_recorded=cost.wheel_bytes is not None,
         test_command=request.test.command if request.test else (),
         test_requires=request.test.requires if request.test else (),
     )

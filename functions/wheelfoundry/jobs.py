@@ -118,6 +118,9 @@ class ExtensionSpec:
     label_wheels: bool = True  # per-cell layout without local versions: public versions only
     parallel_cells: int = 1  # the planner's expectation for the instance; the runner re-checks on the host
     nvcc_threads: int = 1  # likewise: nvcc --threads of each CUDA cell (wfbuild.parallelism)
+    # A cell wheel's predicted bytes (wheelfoundry.wheel_size): the source's recorded runs, else the model.
+    cell_wheel_bytes: int = 0
+    cell_wheel_recorded: bool = False
     # The package's own tests (request "test"), run by the test jobs against the published wheel.
     test_command: tuple[str, ...] = ()
     test_requires: tuple[str, ...] = ()
@@ -148,6 +151,9 @@ class Job:
     compute_type: str | None = None  # CodeBuild compute type when executor == "codebuild"
     executor_reason: str = ""  # why: both executors' cost, or the limit that ruled CodeBuild out
     gpu_test: GpuTestPlan | None = None  # set by wheelfoundry.gpu_tests for CUDA jobs that ask for it
+    # Where the state machine relaunches an EC2 build once after CompilerOutOfMemory or BuildTimedOut: a type
+    # with at least twice the memory (wheelfoundry.sizing.larger_instance); None: the same type again.
+    retry_instance: InstanceChoice | None = None
 
     @property
     def max_seconds(self) -> int:

@@ -22,7 +22,7 @@ from wheelfoundry.jobs import ImageSpec, Job, PackagePin, Plan, SmokeSpec, Stack
 from wheelfoundry.model import BuildRequest, ExtensionRequest, PackageSpec, Request, TargetSpec
 from wheelfoundry.resolve import Resolved, python_for, resolve_version
 from wheelfoundry.semantics import default_packages
-from wheelfoundry.sizing import choose_instance, estimate, max_jobs
+from wheelfoundry.sizing import choose_instance, estimate, larger_instance, max_jobs
 from wheelfoundry.source_profile import SourceProfile
 from wheelfoundry.targets import target_id, variant
 from wheelfoundry.testjobs import plan_tests, without_gpu_tests
@@ -228,11 +228,18 @@ def plan_request(
     costs: dict[str, Any] = {}
     if isinstance(request, ExtensionRequest):
         jobs, notes, costs = plan_extension(request, catalog, config, context, record, profile)
+        planned = {job.extension.layout for job in jobs if job.extension is not None}
+        if planned == {"per-cell"} and request.layout == "auto":  # a merged wheel over the index's limit
+            request = dataclasses.replace(request, layout="per-cell")
         channel = request.channel
     else:
         jobs, notes = framework_jobs(request, catalog, config, context, today)
         channel = request.channel
     jobs = assign_all(jobs, config)  # EC2 or CodeBuild, per job
+    jobs = tuple(  # an EC2 build relaunched after an OOM kill at one compiler, or a timeout, takes more memory
+        dataclasses.replace(job, retry_instance=larger_instance(job.instance, config)) if job.executor == "ec2" else job
+        for job in jobs
+    )
     if costs:  # what each job's cells get where its executor runs them, and why its instance type
         notes = [sizing_note(job, costs[job.id], config) for job in jobs] + notes
         jobs = tuple(

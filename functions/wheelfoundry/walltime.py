@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from wheelfoundry.config import FarmConfig, InstanceType
 
 MAX_NVCC_THREADS = 8  # past this, one nvcc call's host-side steps dominate
+PEAK_HEADROOM = 1.2  # a compiler is planned at its source's recorded peak times this (the runner's too)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,24 @@ class CellCost:
     # Translation units one cell compiles, where the source was read (wheelfoundry.source_profile): the
     # cores it can keep busy at once (times nvcc threads); None: the catalog's extension_cores_per_cell.
     units: int | None = None
+    # The largest compiler process (GiB) recorded runs of the source ran (wfbuild.memwatch); None: the model's
+    # gib_per_compile_job and gib_per_nvcc_thread until a run has measured it.
+    peak_gib: float | None = None
+    wheel_bytes: int | None = None  # a cell wheel's size from recorded runs of the source; None: not recorded
+
+    def gib_per_compiler(self, cuda: bool, config: FarmConfig) -> tuple[float, float]:
+        """Memory of one compile job and of each further nvcc thread: a recorded peak with headroom (each
+        thread runs another cicc/ptxas of about the same size), else the model (config.toml [defaults])."""
+        if self.peak_gib is not None:
+            each = round(max(0.25, self.peak_gib * PEAK_HEADROOM), 2)
+            return each, each
+        return config.gib_per_compile_job["cuda" if cuda else "cpu"], config.gib_per_nvcc_thread
+
+    @property
+    def memory_source(self) -> str:
+        if self.peak_gib is None:
+            return "the model's: no run of this source has measured it yet"
+        return f"{self.peak_gib:g} GiB, the largest compiler a recorded run of this source ran"
 
 
 @dataclass(frozen=True)
@@ -86,15 +105,14 @@ def compile_slots(
     (up to the architecture count), then to MAX_JOBS; threads give way while the memory does not hold.
     A cell's width: recorded builds of the source (``cost.recorded``) keep the cores they are given, up to
     the limit they showed; the catalog's model, ``extension_cores_per_cell`` units times the threads."""
-    per_job = config.gib_per_compile_job["cuda" if cuda else "cpu"]
-    per_thread = config.gib_per_nvcc_thread
+    per_job, per_thread = (cost or CellCost(0.0, 0.0, "")).gib_per_compiler(cuda, config)
     spare = instance.memory_gib - config.reserve_gib
     units = max(1, min(instance.vcpus, math.floor(spare / per_job), config.max_jobs_cap))
     slots = max(1, min(cells, units))
     cores = max(1, instance.vcpus // slots)
     threads = min(archs, cores, MAX_NVCC_THREADS) if cuda and threads_on else 1
-    while True:
-        jobs = max(1, cores // threads)
+    while True:  # MAX_JOBS within the cores, and within the memory at one thread (the runner's rule too)
+        jobs = max(1, min(cores // threads, units // slots))
         if threads == 1 or slots * jobs * (per_job + (threads - 1) * per_thread) <= spare:
             break
         threads -= 1
@@ -140,7 +158,9 @@ def options(
     names = config.extension_instances.get(platform, ())
     if cost.recorded or cost.units:  # the cells' width is known (measured, or their units): sizes they can fill
         names = (*config.extension_instances_measured.get(platform, ()), *names)
-    for name in names:
+    per_job = cost.gib_per_compiler(cuda, config)[0]
+    holding = [n for n in names if config.instance_types[n].memory_gib - config.reserve_gib >= per_job]
+    for name in holding or names:  # a type that cannot hold one compiler of the source would OOM-kill it
         instance = config.instance_types[name]
         for shards in range(1, cells + 1):
             sizes = shard_sizes(cells, shards)

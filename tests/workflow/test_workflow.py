@@ -176,7 +176,12 @@ def test_the_ssm_timeout_ends_the_build_and_the_instance(
     uri = upload(aws, stack, source(tmp_path, {"setup.py": SLOW_SETUP.format(seconds=120)}))
     result = run(aws, stack, extension_request(uri, options={"executor": "ec2", "max_hours": 0.004}))  # 14.4 s
     assert result.status == "FAILED"
-    assert "BuildCommandFailed" in (result.cause or "") and "ended TimedOut" in (result.cause or "")
+    assert "BuildTimedOut" in (result.cause or "") and "ended TimedOut" in (result.cause or "")
+    # A timeout is relaunched once, on the planned larger instance (a launch token of its own), then given up.
+    first, second = sorted(launched_by(aws, result.arn), key=lambda i: i["Tags"].get("wheelfoundry:attempt", ""))
+    assert "wheelfoundry:attempt" not in first["Tags"] and second["Tags"]["wheelfoundry:attempt"] == "1"
+    assert (first["InstanceType"], second["InstanceType"]) == ("c7i.4xlarge", "c7i.8xlarge")
+    assert [i["State"]["Name"] for i in (first, second)] == ["terminated", "terminated"]
 
 
 class TestShortHeartbeat:

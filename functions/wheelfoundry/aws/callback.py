@@ -51,7 +51,9 @@ def on_command_status(detail: dict[str, Any], ssm: Any, sfn: Any) -> dict[str, A
     if token is None:
         return {"action": "ignored", "reason": f"command {command_id} carries no task token"}
     cause = f"SSM command {command_id} on {instance_id} ended {status}. {_output_tail(ssm, command_id, instance_id)}"
-    delivered = _fail(sfn, token, "BuildCommandFailed", cause)
+    # TimedOut: the command's ExecutionTimeout (the job's max_seconds) passed: a relaunch resumes from the cache
+    error = "BuildTimedOut" if status == "TimedOut" else "BuildCommandFailed"
+    delivered = _fail(sfn, token, error, cause)
     return {"action": "failed-task" if delivered else "already-ended", "command": command_id, "status": status}
 
 

@@ -34,9 +34,10 @@ class LaunchSettings:
     bucket: str = ""  # where a job waiting for vCPU quota records the numbers (admission.WAITING)
 
 
-def client_token(execution: str, job_id: str, market: str, phase: str = "") -> str:
-    """Same execution, job, market and phase -> same token: a retried Launch gets the same instance."""
-    key = f"{execution}|{job_id}|{market}" + (f"|{phase}" if phase else "")
+def client_token(execution: str, job_id: str, market: str, phase: str = "", attempt: int = 0) -> str:
+    """Same execution, job, market, phase and attempt -> same token: a retried Launch gets the same instance;
+    a relaunch (``attempt`` 1: after an OOM kill or a timeout) a new one."""
+    key = f"{execution}|{job_id}|{market}" + (f"|{phase}" if phase else "") + (f"|attempt{attempt}" if attempt else "")
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
@@ -86,10 +87,14 @@ def launch(
     identity = {T.STACK: settings.stack, T.EXECUTION: execution, T.JOB: job["id"], T.MARKET: market}
     if phase:
         identity[T.PHASE] = phase
+    attempt = int(job.get("attempt") or 0) if not phase else 0
+    if attempt:
+        identity[T.ATTEMPT] = str(attempt)
     existing = [
         i
         for i in T.find_instances(ec2, identity, states=("pending", "running"))
         if T.tags_of(i).get(T.PHASE, "") == phase
+        and T.tags_of(i).get(T.ATTEMPT, "") == (str(attempt) if attempt else "")
     ]
     if existing:  # a retry after RunInstances succeeded but the Lambda did not return
         return {"instance_id": existing[0]["InstanceId"], "market": market, "reused": True}
@@ -109,7 +114,7 @@ def launch(
         "InstanceType": instance_type,
         "MinCount": 1,
         "MaxCount": 1,
-        "ClientToken": client_token(execution, job["id"], market, phase),
+        "ClientToken": client_token(execution, job["id"], market, phase, attempt),
         "UserData": user_data(max_seconds),
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": T.tag_list(tags)},

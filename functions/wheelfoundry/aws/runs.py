@@ -94,7 +94,25 @@ def job_summary(job: Job, prefix: str, values: dict[str, float | None] | None = 
         "keep_on_failure": job.options.keep_on_failure,
         # None: no GPU test; else where and how long (the GPU test states read it)
         "gpu_test": gpu_summary(job),
+        "retry": retry_summary(job, values or {}),
     }
+
+
+def retry_summary(job: Job, values: dict[str, float | None]) -> dict[str, Any] | None:
+    """What the state machine merges into the job to relaunch it once after CompilerOutOfMemory or
+    BuildTimedOut (the RetryOnce and Relaunch states): its larger instance, the next attempt's number (a new
+    launch token), and no further retry. None: no relaunch (a CodeBuild or test job)."""
+    if job.executor != "ec2" or job.kind == "test":
+        return None
+    out: dict[str, Any] = {"attempt": 1, "retry": None}
+    bigger = job.retry_instance
+    if bigger is not None:
+        out |= {
+            "instance_type": bigger.type,
+            "vcpus": bigger.vcpus,
+            "quota": _quota_of(bigger.type, job.instance.spot, values),
+        }
+    return out
 
 
 def gpu_summary(job: Job) -> dict[str, Any] | None:

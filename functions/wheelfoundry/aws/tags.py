@@ -12,6 +12,7 @@ JOB = "wheelfoundry:job"
 MARKET = "wheelfoundry:market"
 EXPIRES_AT = "wheelfoundry:expires-at"
 KEPT = "wheelfoundry:kept"
+ATTEMPT = "wheelfoundry:attempt"  # "1" on a build relaunched after an OOM kill or a timeout; first launches none
 PHASE = "wheelfoundry:phase"  # "gpu-test" on the GPU test's instance; build instances carry none
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 

@@ -34,7 +34,18 @@ def job_timing(contract: Mapping[str, Any], manifest: Mapping[str, Any], config:
     out: dict[str, Any] = {"estimated_hours": (contract.get("estimate") or {}).get("hours"), "actual_hours": actual}
     if contract.get("extension"):
         cells = calibration.cells_of(contract, manifest, config)
-        out["cells"] = [[c["archs"], c["compile_core_hours"], c["serial_hours"], bool(c["cuda"])] for c in cells]
+        # positional to keep the Map's result small; the peak compiler (GiB) and wheel bytes where measured
+        out["cells"] = [
+            [
+                c["archs"],
+                c["compile_core_hours"],
+                c["serial_hours"],
+                bool(c["cuda"]),
+                c.get("peak_gib"),
+                c.get("wheel_bytes"),
+            ]
+            for c in cells
+        ]
     return out
 
 
@@ -58,9 +69,10 @@ def record_cells(s3: Any, run: Mapping[str, Any], results: list[dict[str, Any]])
     key = run.get("calibration_key")
     cells = [
         {"cuda": c[3], "archs": c[0], "compile_core_hours": c[1], "serial_hours": c[2]}
+        | {k: v for k, v in zip(("peak_gib", "wheel_bytes"), c[4:6], strict=False) if v is not None}
         for r in results
         for c in (r.get("timing") or {}).get("cells") or []
-        if isinstance(c, list) and len(c) == 4
+        if isinstance(c, list) and len(c) in (4, 6)
     ]
     if not key or not cells:
         return 0

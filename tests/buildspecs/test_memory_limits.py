@@ -1,0 +1,334 @@
+"""Memory as a limit, on real builds: compilers at once bounded by an instance's memory, an OOM kill explained
+and retried with fewer compilers, an interrupted cell resumed from the compiler cache.
+
+The source is examples/extension-ninja-off: four C++ units, each including torch's headers (a few hundred
+MiB of cc1plus each), compiled in parallel by wfbuild.parallel_compile. The runner runs in host mode against
+moto (tests/buildspecs/test_runner.py's harness) on 2 cores, in a memory cgroup of its own
+(tests/buildspecs/memory_cgroup.py) whose limit plays the instance's memory: the runner reads it as the
+host's (wfbuild.hostinfo) and the kernel's OOM killer enforces it, as on an instance. A sampler reads /proc
+every 20 ms: the runner's cc1plus processes at each moment.
+
+1. Measured: no limit. Two compilers at once (the cores); the manifest records each unit's peak, which
+   calibration keeps and the planner turns into memory per compiler.
+2. The instance given 1.5 compilers' worth of memory for compilers: the units together need more than it
+   has; planned by the recorded peak, the runner runs one compiler at a time, and the wheel is (1)'s, byte
+   for byte.
+3. The same instance with a model that underestimates (0.05 GiB a compiler): two at once, the kernel kills
+   one, the failure reads ``OUT OF MEMORY: ...``, and the cell is built again with one compiler at a time:
+   the same wheel.
+4. Resume: the job's compiler cache on the stack's bucket, one compiler at a time; a spot interruption after
+   two units have been stored; a new runner (a new instance: a fresh folder) builds the cell: its cache hits
+   are exactly the units the first one stored, its misses the rest.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.buildspecs.conftest import ROOT
+from tests.buildspecs.memory_cgroup import MemoryCgroup
+from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
+from wheelfoundry.calibration import cell_cost, cells_of, updated
+from wheelfoundry.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.planning import plan_request
+from wheelfoundry.request import parse_request
+
+pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
+
+NINJA_OFF = ROOT / "examples" / "extension-ninja-off"
+NAME = "wf-segops"
+CELL = "torch2.13.0-cp311-cpu-x86_64"
+REQUEST: dict[str, Any] = {
+    "framework": "extension",
+    "name": NAME,
+    "torch": ["2.13"],
+    "cuda": ["cpu"],
+    "python": ["3.11"],
+    "torch_index": "pip",  # this host's pip configuration: torch 2.13.0 from its local wheel
+    "options": {"executor": "ec2"},  # an instance (CodeBuild's smallest would hold one compiler at a time)
+}
+
+
+class Sampler(threading.Thread):
+    """Every 20 ms, the runner's cc1plus processes (its descendants) with the time; the cgroup's memory."""
+
+    def __init__(self, cgroup: MemoryCgroup) -> None:
+        super().__init__(daemon=True)
+        self.cgroup, self.root = cgroup, ""
+        self.stop = threading.Event()
+        self.counts: list[tuple[float, int]] = []
+        self.most_rss = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            parents: dict[str, str] = {}
+            comms: dict[str, str] = {}
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    text = Path(f"/proc/{pid}/stat").read_text()
+                except OSError:
+                    continue
+                comms[pid] = text[text.index("(") + 1 : text.rindex(")")]
+                parents[pid] = text[text.rindex(")") + 2 :].split()[1]
+            mine = [p for p, comm in comms.items() if comm == "cc1plus" and self._under(p, parents)]
+            self.counts.append((time.time(), len(mine)))
+            self.most_rss = max(self.most_rss, self.cgroup.rss_bytes())
+
+    def _under(self, pid: str, parents: dict[str, str]) -> bool:
+        for _ in range(30):
+            if pid == self.root:
+                return True
+            if pid not in parents:
+                return False
+            pid = parents[pid]
+        return False
+
+    def most(self, start: float = 0.0, end: float = float("inf")) -> int:
+        return max((n for t, n in self.counts if start <= t <= end), default=0)
+
+
+def _job(aws: Aws, source: Path, record: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> str:
+    """The job Validate would write (planned with ``record``: the source's recorded cells), in ``aws``."""
+    key = f"sources/{NAME}.tar.gz"
+    aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=tarball(source, f"{NAME}-0.1.0"))
+    request = {**REQUEST, "source": {"s3": f"s3://{aws.bucket}/{key}"}}
+    (job,) = plan_request(parse_request(request), load_catalog(), load_config(), record=record).jobs
+    contract = job.to_dict()
+    contract["env"] |= env or {}
+    prefix = f"runs/run-1/jobs/{job.id}/"
+    contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
+                       "region": aws.region, "job_role_arn": "arn:aws:iam::123456789012:role/wf-test-job"}  # fmt: skip
+    aws.s3.put_object(Bucket=aws.bucket, Key=f"{prefix}job.json", Body=json.dumps(contract).encode())
+    return f"{prefix}job.json"
+
+
+def _build(
+    aws: Aws, job_key: str, work: Path, cache: Path, cgroup: MemoryCgroup, token: bool = True, **extra: str
+) -> tuple[int, dict[str, Any], Sampler]:
+    """One runner on 2 cores inside ``cgroup``: its exit status, the manifest it uploaded, the sampler."""
+    execution, task = aws.task_token() if token else ("", "")
+    env = runner_env(aws, job_key, task, work, cache, **extra)
+    sampler = Sampler(cgroup)
+    two = set(sorted(os.sched_getaffinity(0))[:2])
+    argv = cgroup.argv([sys.executable, "-m", "wfbuild.runner"])
+    pin = lambda: os.sched_setaffinity(0, two)  # noqa: E731
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin) as proc:
+        sampler.root = str(proc.pid)
+        sampler.start()
+        try:
+            out, _ = proc.communicate(timeout=1800)
+        finally:
+            sampler.stop.set()
+            sampler.join()
+    manifest = json.loads(aws.text(job_key.replace("job.json", "manifest.json")))
+    if token:
+        aws.finished(execution)
+    print(out[-3000:])
+    return proc.returncode, manifest, sampler
+
+
+def _wheel(manifest: dict[str, Any]) -> str:
+    (wheel,) = manifest["wheels"]
+    return str(wheel["sha256"])
+
+
+@pytest.fixture(scope="module")
+def measured(moto_endpoint: str, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
+    """(1): the unlimited build; its manifest, the cgroup's most memory, the sampler, the source."""
+    tmp = tmp_path_factory.mktemp("memory")
+    source = _copy(NINJA_OFF, tmp / "src")
+    aws = Aws(moto_endpoint, "us-west-2")
+    job = _job(aws, source)
+    with MemoryCgroup() as cgroup:
+        code, manifest, sampler = _build(aws, job, tmp / "work", cache_dir, cgroup)
+    assert code == 0 and manifest["status"] == "succeeded", manifest.get("failures")
+    log = aws.text(job.replace("job.json", "build.log"))
+    said = [line for line in log.splitlines() if "cell(s)," in line or "parallel compile" in line]
+    return {
+        "manifest": manifest,
+        "rss": sampler.most_rss,
+        "sampler": sampler,
+        "source": source,
+        "tmp": tmp,
+        "said": said,
+    }
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
+    return dest
+
+
+def _limits(measured: dict[str, Any]) -> tuple[int, int]:
+    """The instance's memory (bytes) and the peak unit (MiB): two compilers at once do not fit, one does."""
+    peak = int(measured["manifest"]["compile_memory"]["peak_unit_mib"])
+    limit = int(measured["rss"] - 0.5 * peak * 2**20)
+    return limit, peak
+
+
+def test_units_that_together_need_more_memory_than_the_instance_has_compile_fewer_at_once_into_the_same_wheel(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    measured: dict[str, Any],
+) -> None:
+    first = measured["manifest"]
+    memory = first["compile_memory"]
+    stage = next(s for s in first["stages"] if s["name"] == f"build-{CELL}")
+    assert stage["memory"]["units_seen"] >= 4 and memory["tool"] == "cc1plus", stage["memory"]
+    assert measured["sampler"].most() == 2, f"unlimited, the two cores' compilers ran at once: {measured['said']}"
+    limit, peak = _limits(measured)
+    # What the next plan of this source knows: the peak its run recorded, with headroom, per compiler
+    config = load_config()
+    record = updated(None, "scope", "run-1", cells_of(_contract(first), first, config))
+    assert record["cells"][0]["peak_gib"] == round(peak / 1024, 3)
+    per_job = cell_cost(False, 1, config, record).gib_per_compiler(False, config)[0]
+    assert per_job == round(peak / 1024 * 1.2, 2)
+    # The instance: 1.5 such compilers' worth of memory for compilers, the rest the runner's reserve
+    reserve = limit / 2**30 - 1.5 * per_job
+    units = [u["peak_mib"] for u in stage["memory"]["units"]]
+    assert sum(units) > 1.5 * per_job * 1024, "the units together need more memory than the instance has"
+    aws = Aws(moto_endpoint, "eu-west-1")
+    job = _job(aws, measured["source"], record, {"WF_RESERVE_GIB": f"{reserve:.3f}"})
+    with MemoryCgroup(limit) as cgroup:
+        code, manifest, sampler = _build(aws, job, measured["tmp"] / "work", cache_dir, cgroup)
+        kills = cgroup.oom_kills()
+    assert code == 0 and manifest["status"] == "succeeded", manifest.get("failures")
+    log = aws.text(job.replace("job.json", "build.log"))
+    assert "MAX_JOBS=1 each" in log and f"at {per_job:g} GiB each, 1 at once" in log, log[-3000:]
+    assert sampler.most() == 1, "one compiler at a time, as the memory holds"
+    assert kills == 0 and "OUT OF MEMORY" not in log
+    assert _wheel(manifest) == _wheel(first), "the same wheel, byte for byte"
+
+
+def test_an_oom_killed_compile_is_explained_and_the_cell_is_built_again_with_fewer_compilers(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    measured: dict[str, Any],
+) -> None:
+    limit, peak = _limits(measured)
+    per_job = round(peak / 1024 * 1.2, 2)
+    reserve = limit / 2**30 - 1.5 * per_job
+    aws = Aws(moto_endpoint, "eu-central-1")
+    # A model that underestimates the source: 0.05 GiB a compiler, so the runner runs the cores' two at once
+    env = {"WF_RESERVE_GIB": f"{reserve:.3f}", "WF_GIB_PER_COMPILE_JOB": "0.05"}
+    job = _job(aws, measured["source"], None, env)
+    with MemoryCgroup(limit) as cgroup:
+        code, manifest, sampler = _build(aws, job, measured["tmp"] / "work", cache_dir, cgroup)
+        kills = cgroup.oom_kills()
+    assert kills >= 1, "the kernel's OOM killer ended a compiler"
+    assert code == 0 and manifest["status"] == "succeeded", manifest.get("failures")
+    first, second = [s for s in manifest["stages"] if s["name"] == f"build-{CELL}"]
+    assert (first["status"], second["status"]) == ("retried", "succeeded")
+    found = first["oom"]
+    assert found["tool"] == "cc1plus" and found["unit"].startswith("csrc/") and found["peak_mib"] > 0.5 * peak
+    log = aws.text(job.replace("job.json", "build.log"))
+    verdict = next(line for line in log.splitlines() if line.startswith("OUT OF MEMORY: "))
+    print(verdict)
+    assert verdict.startswith(f"OUT OF MEMORY: cell {CELL}: {found['unit']} (cc1plus) was killed at ")
+    assert f"on a {limit / 2**30:.1f} GiB instance" in verdict and "with 1 compiler(s) at once, not 2" in verdict
+    assert "MAX_JOBS=2 each" in log
+    assert sampler.most(first["started_at"], first["ended_at"]) == 2
+    assert sampler.most(second["started_at"], second["ended_at"]) == 1, "the retry: one compiler at a time"
+    assert second["memory"]["compilers_at_once"] == 1
+    assert _wheel(manifest) == _wheel(measured["manifest"])
+
+
+def _contract(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The job contract calibration reads beside a manifest: the one planned from REQUEST."""
+    request = {**REQUEST, "source": {"s3": "s3://wf-sources/sources/x.tar.gz"}}
+    (job,) = plan_request(parse_request(request), load_catalog(), load_config()).jobs
+    return job.to_dict()
+
+
+class SpotNotice(http.server.BaseHTTPRequestHandler):
+    """Instance metadata of a spot instance whose interruption notice appears once ``due`` is set."""
+
+    due = threading.Event()
+
+    def do_PUT(self) -> None:
+        self._reply(200, "imds-token")
+
+    def do_GET(self) -> None:
+        if self.path.endswith("instance-life-cycle"):
+            self._reply(200, "spot")
+        elif self.path.endswith("spot/instance-action") and SpotNotice.due.is_set():
+            self._reply(200, '{"action": "terminate", "time": "2026-11-27T04:00:00Z"}')
+        else:
+            self._reply(404, "")
+
+    def _reply(self, status: int, body: str) -> None:
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_cell_interrupted_mid_compile_and_relaunched_compiles_only_what_it_had_not_finished(
+    moto_endpoint: str,  # noqa: F811
+    cache_dir: Path,
+    tmp_path: Path,
+) -> None:
+    source = _copy(NINJA_OFF, tmp_path / "src")
+    aws = Aws(moto_endpoint, "ap-southeast-2")
+    cached = {"SCCACHE_BUCKET": aws.bucket, "SCCACHE_REGION": aws.region, "MAX_JOBS": "1"}
+    job = _job(aws, source, None, cached)
+    imds = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SpotNotice)
+    threading.Thread(target=imds.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{imds.server_address[1]}"
+    work = tmp_path / "first"
+
+    def interrupt() -> None:  # once two of the four units' objects exist, the instance is reclaimed
+        while not SpotNotice.due.is_set():
+            if len(list(work.glob("cells/*/build/temp*/csrc/*.o"))) >= 2:
+                SpotNotice.due.set()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=interrupt, daemon=True)
+    watcher.start()
+    try:
+        with MemoryCgroup() as cgroup:
+            spot = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": endpoint, "WF_SPOT_POLL_SECONDS": "0.2"}
+            code, interrupted, _ = _build(aws, job, work, cache_dir, cgroup, token=False, **spot)
+    finally:
+        SpotNotice.due.set()
+        imds.shutdown()
+    assert code == 1 and interrupted["status"] == "failed"
+    log = aws.text(job.replace("job.json", "build.log"))
+    assert "aborting: SpotInterrupted" in log, log[-2000:]
+    stored = interrupted["compiler_cache"]["writes"]
+    assert 2 <= stored < 4, f"interrupted mid-compile: {stored} of the 4 units stored"
+    build = next(s for s in interrupted["stages"] if s["name"] == f"build-{CELL}")
+    assert build["status"] == "aborted"
+    # The relaunch: a new instance (a fresh folder), the same job and the same compiler cache
+    with MemoryCgroup() as cgroup:
+        code, resumed, _ = _build(aws, job, tmp_path / "second", cache_dir, cgroup, token=False)
+    assert code == 0 and resumed["status"] == "succeeded", resumed.get("failures")
+    stats = resumed["compiler_cache"]
+    assert stats["hits"] == stored and stats["misses"] == 4 - stored, stats
+    again = next(s for s in resumed["stages"] if s["name"] == f"build-{CELL}")
+    # The same cell with a cache of its own (a cold prefix): what the relaunch would have cost without it
+    cold_job = _job(aws, source, None, cached | {"SCCACHE_S3_KEY_PREFIX": "sccache/cold/"})
+    with MemoryCgroup() as cgroup:
+        code, cold, _ = _build(aws, cold_job, tmp_path / "third", cache_dir, cgroup, token=False)
+    assert code == 0 and cold["compiler_cache"]["misses"] == 4 and cold["compiler_cache"]["hits"] == 0
+    full = next(s for s in cold["stages"] if s["name"] == f"build-{CELL}")
+    assert again["cpu_seconds"] < 0.8 * full["cpu_seconds"], "the relaunch compiled only the units left"
+    print(
+        f"interrupted attempt: build stage {build['seconds']:.1f} s ({stored} units stored); relaunch: "
+        f"{again['seconds']:.1f} s, {again['cpu_seconds']:.0f} CPU-s ({stats['hits']} hits, {stats['misses']} "
+        f"misses); the cell cold: {full['seconds']:.1f} s, {full['cpu_seconds']:.0f} CPU-s"
+    )
