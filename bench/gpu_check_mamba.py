@@ -1,6 +1,6 @@
 """The farm's mamba-ssm wheel on a GPU: its selective scan (forward and backward) against plain torch.
 
-    python bench/gpu_check_mamba.py --wheel PATH/mamba_ssm-...whl
+    python bench/gpu_check_mamba.py --wheel PATH/mamba_ssm-...whl [--results bench/results]
 
 Needs a CUDA GPU the wheel has code for (bench/heavy_cell.py builds sm_90: an H100) and the torch the wheel
 was built against (2.11, CUDA 13.0) in this Python (3.12). The wheel is unpacked into a temporary folder
@@ -10,14 +10,19 @@ loaded. The reference is the selective scan written in plain torch, as mamba-ssm
 for real A and variable B and C of shape (batch, groups, dstate, length)), in float32 on the same GPU;
 gradients through it by autograd against the kernel's backward. Prints one line per case and exits 1 if
 any differs beyond its tolerance (mamba's tests use these: 6e-4 fp32, 3e-3 fp16 and 5e-2 bf16, relative).
+With ``--results DIR`` it also writes DIR/gpu_check_mamba-<UTC>.json (the GPU, torch, the wheel's sha256 and
+every case) for tools/perf_docs.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import tempfile
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 TOLERANCE = {"float32": (6e-4, 2e-3), "float16": (3e-3, 5e-3), "bfloat16": (5e-2, 1e-1)}  # (rtol, atol)
@@ -71,7 +76,7 @@ def case(module, dtype_name: str, seqlen: int) -> tuple[bool, str]:  # type: ign
     ref_grads = torch.autograd.grad(ref, inputs, dout)
     rtol, atol = TOLERANCE[dtype_name]
     worst, ok = 0.0, torch.allclose(out_z.float(), ref.float(), rtol=rtol, atol=atol)
-    worst = max(worst, float((out_z.float() - ref.float()).abs().max()))
+    worst = max(worst, float((out_z.detach().float() - ref.detach().float()).abs().max()))
     names = ("du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias")
     order = (0, 1, 2, 3, 4, 5, 7, 6)  # bwd returns du, ddelta, dA, dB, dC, dD, ddelta_bias, dz
     bad = []
@@ -88,6 +93,7 @@ def case(module, dtype_name: str, seqlen: int) -> tuple[bool, str]:  # type: ign
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wheel", type=Path, required=True)
+    parser.add_argument("--results", type=Path, help="write gpu_check_mamba-<UTC>.json here")
     args = parser.parse_args()
     import torch
 
@@ -105,13 +111,31 @@ def main() -> int:
         name = torch.cuda.get_device_name()
         print(f"{args.wheel.name} on {name} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), torch "
               f"{torch.__version__}: selective_scan_cuda from the wheel")  # fmt: skip
-        failed = 0
+        cases = []
         for dtype in ("float32", "float16", "bfloat16"):
             for seqlen in (64, 777, 2048):
                 ok, detail = case(selective_scan_cuda, dtype, seqlen)
-                failed += not ok
+                cases.append({"dtype": dtype, "seqlen": seqlen, "result": "ok" if ok else "FAIL", "detail": detail})
                 print(f"  {'ok  ' if ok else 'FAIL'} {dtype:9} seqlen {seqlen:5}: {detail}")
+    failed = sum(c["result"] != "ok" for c in cases)
     print(f"{'all match' if not failed else f'{failed} case(s) differ'} the plain-torch reference")
+    if args.results is not None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        record = {
+            "wheel": args.wheel.name,
+            "wheel_sha256": hashlib.sha256(args.wheel.read_bytes()).hexdigest(),
+            "gpu": name,
+            "capability": ".".join(map(str, torch.cuda.get_device_capability())),
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "reference": "selective_scan_ref in plain torch (state-spaces/mamba@v2.3.2.post1), forward and autograd",
+            "all_match": not failed,
+            "cases": cases,
+        }
+        args.results.mkdir(parents=True, exist_ok=True)
+        out = args.results / f"gpu_check_mamba-{stamp}.json"
+        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
     return 1 if failed else 0
 
 

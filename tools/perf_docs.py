@@ -32,6 +32,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "corpus": ("real PyTorch extensions from PyPI through the embedded farm (`make corpus`)", "tools/corpus.py"),
     "nvcc_threads": ("a CUDA cell's build with nvcc `--threads`, extensions side by side", "bench/nvcc_threads.py"),
     "heavy_cell": ("a heavy CUDA package from PyPI as one cell: time, memory per unit, wheel", "bench/heavy_cell.py"),
+    "gpu_check_mamba": (
+        "the heavy_cell mamba-ssm wheel on a GPU against plain torch (a correctness record)",
+        "bench/gpu_check_mamba.py --wheel PATH --results bench/results",
+    ),
     "parallel_compile": ("a build without ninja, serial against parallel compiles", "bench/parallel_compile.py"),
     "wall_plan": ("planned wall time, build-hours and dollars of an extension matrix", "bench/wall_plan.py"),
     "compiler_cache": ("cold, warm and one-file-changed builds through sccache on S3", "bench/compiler_cache.py"),

@@ -42,8 +42,11 @@ def argv_of(stage: Stage) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def library(torch_repair: Any, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The example built by build-library.sh against this machine's torch wheel."""
+def library(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example built by build-library.sh against this machine's torch wheel.
+
+    The heavy tests start the real torch repair first (usefixtures) so it overlaps this build; the quick
+    tests that need only the library must not pay for a repair they never wait on."""
     work = tmp_path_factory.mktemp("lib-work")
     stages = stages_for(work)
     build = stages["build-torchvision-3.11"]
@@ -58,6 +61,7 @@ def library(torch_repair: Any, cache_dir: Path, tmp_path_factory: pytest.TempPat
 
 
 @pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
+@pytest.mark.usefixtures("torch_repair")
 def test_library_stage_builds_against_the_jobs_torch(library: dict[str, Any]) -> None:
     proc = library["proc"]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -77,6 +81,7 @@ def repaired(library: dict[str, Any]) -> Path:
 
 
 @pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
+@pytest.mark.usefixtures("torch_repair")
 def test_naive_auditwheel_fails_and_the_stage_does_not(library: dict[str, Any], repaired: Path, tmp_path: Path) -> None:
     (raw,) = Path(library["stages"]["build-torchvision-3.11"].env["WF_OUT_DIR"]).glob("*.whl")
     naive = run(
