@@ -8,6 +8,10 @@ SAM := .tools/sam/bin/sam
 CHECKOV := .tools/checkov/bin/checkov
 CHECKOV_VERSION := 3.3.30
 
+# JUNIT_DIR=DIR: each suite also writes DIR/<suite>.xml (tools/test_durations.py reads them).
+JUNIT_TEST := $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/test.xml)
+JUNIT_HEAVY := $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/test-heavy.xml)
+
 .PHONY: demo test test-heavy corpus lint docs venv sam checkov clean docker docker-stop
 
 $(STAMP): pyproject.toml examples/extension/setup.py functions/requirements.txt
@@ -31,13 +35,13 @@ demo: $(STAMP)
 ## The test suite (what CI runs after `make lint`): one pytest worker per core, up to 4 (pytest-xdist);
 ## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m "not heavy"
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m "not heavy" $(JUNIT_TEST)
 
 ## The heavy tests (every CUDA build: merged wheels, the GPU step, reproducibility, nvcc threads; the
 ## published-bytes, quota and two-folder reproducible runs; the Docker builds, which need `make docker`;
-## publishing through a real index server): each makes several real builds. .ci/heavy runs them (.ci/run keeps within 30 min).
+## publishing through a real index server): each makes several real builds. .ci/run runs them after `make test`.
 test-heavy: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m heavy
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 -m heavy $(JUNIT_HEAVY)
 
 ## The corpus (examples/corpus): real PyTorch extensions from PyPI, each built for CPU through the embedded
 ## farm, installed from its index into a fresh venv and its ops checked against plain torch; a table and
