@@ -45,6 +45,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -seconds.get(item.nodeid, UNMEASURED))
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under CI=true (.ci/run) a skipped test is a failed one: the gate runs every test, so a test that did
+    not run (no engine, no cgroup, a tool missing) must not read as green. Off CI a skip says why, as ever."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and in_ci() and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid}: skipped under CI=true ({reason}); the gate runs every test"
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for folder in _CREATED:
         shutil.rmtree(folder, ignore_errors=True)
