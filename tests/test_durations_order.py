@@ -37,10 +37,16 @@ def test_junit_cases_become_pytest_node_ids(tmp_path: Path) -> None:
     }
 
 
-def test_the_session_runs_the_longest_tests_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_modules_with_the_longest_tests_run_first_each_kept_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     durations = tmp_path / "durations.json"
-    durations.write_text(json.dumps({"a": 5.0, "b": 300.0, "d": 1.0}))
+    measured = {"m.py::a": 5.0, "m.py::b": 300.0, "n.py::d": 1.0, "p.py::e": 2.0, "p.py::f": 40.0}
+    durations.write_text(json.dumps(measured))
     monkeypatch.setattr(conftest, "DURATIONS", durations)
-    items: list[Any] = [SimpleNamespace(nodeid=n) for n in ("a", "b", "c", "d")]
+    names = ("m.py::a", "n.py::d", "m.py::b", "o.py::c", "p.py::e", "p.py::f")
+    items: list[Any] = [SimpleNamespace(nodeid=n) for n in names]
     conftest.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
-    assert [i.nodeid for i in items] == ["b", "c", "a", "d"]  # c: not measured, a middling 30 s
+    # m holds the longest test (300 s), p the next (40 s), o is unmeasured (a middling 30 s), n 1 s; inside
+    # a module the file's order holds, so its module-scoped fixtures are built once
+    assert [i.nodeid for i in items] == ["m.py::a", "m.py::b", "p.py::e", "p.py::f", "o.py::c", "n.py::d"]

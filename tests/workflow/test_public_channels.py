@@ -20,6 +20,10 @@ from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.consumer import anonymous_env
 from wheelfoundry_local.edge import serving_edge
 
+# A whole run with a real build and two fresh venvs (about 40 s on 2 cores): the gate runs it in make test-heavy,
+# keeping make test, the quick loop, within 5 minutes. tests/local/test_edge.py holds the edge's rules in make test.
+pytestmark = pytest.mark.heavy
+
 PIP_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01"
 
 
