@@ -52,7 +52,10 @@ class CompileMemory:
             )
 
     def _earlier_attempt(self) -> int:
-        """The peak unit an earlier attempt's manifest recorded (this job's prefix: a relaunch), else 0."""
+        """The peak unit an earlier attempt's manifest recorded (this job's prefix: a relaunch), else 0.
+        Only an EC2 build job is ever relaunched: a CodeBuild or test job reads nothing (its role may not)."""
+        if self.job.job.get("executor") == "codebuild" or self.job.job.get("kind") == "test":
+            return 0
         try:
             body = self.job.s3.get_object(Bucket=self.job.bucket, Key=self.job.keys()["manifest"])["Body"].read()
             peak = json.loads(body).get("compile_memory", {}).get("peak_unit_mib")

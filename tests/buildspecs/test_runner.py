@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import pytest
@@ -56,7 +56,12 @@ class Aws:
     threads of its earlier executions, which fails (a moto limitation); a region per test avoids it.
     """
 
+    # Regions taken in this process: moto keeps its backends per process, so every module's server (each
+    # module that imports moto_endpoint starts its own) shares one set of buckets.
+    _used: ClassVar[set[str]] = set()
+
     def __init__(self, endpoint: str, region: str) -> None:
+        region = self._unused(region)
         self.endpoint, self.region, self.bucket = endpoint, region, f"wf-test-{region}"
         self.runs = 0
         kw: dict[str, Any] = {"endpoint_url": endpoint, "region_name": region}
@@ -67,6 +72,19 @@ class Aws:
         )
         self.s3.create_bucket(Bucket=self.bucket, CreateBucketConfiguration={"LocationConstraint": region})
         self.queue = self.sqs.create_queue(QueueName="build-tokens")["QueueUrl"]
+
+    @classmethod
+    def _unused(cls, region: str) -> str:
+        """The region asked for, or the first one no earlier test of this process took (two modules on one
+        pytest-xdist worker asking for the same region would meet each other's bucket)."""
+        used = cls._used
+        regions: list[str] = sorted(boto3.session.Session().get_available_regions("s3"))
+        # us-east-1 takes no LocationConstraint: never handed out in its place
+        free = [r for r in [region, *regions] if r not in used and r != "us-east-1"]
+        if not free:
+            raise RuntimeError("every region moto knows is taken by an earlier test of this process")
+        used.add(free[0])
+        return free[0]
 
     def task_token(self) -> tuple[str, str]:
         """Start an execution; its Build state hands its token to the queue."""
@@ -192,6 +210,13 @@ def clients(
     if puts is not None:
         s3.meta.events.register("provide-client-params.s3.PutObject", lambda params, **_: puts.append(params))
     return {"s3": s3, "stepfunctions": sfn}
+
+
+def test_two_modules_asking_one_region_get_their_own_buckets(moto_endpoint: str) -> None:
+    """Modules on one pytest-xdist worker share moto's state: a region asked for twice is not given twice."""
+    first, second = Aws(moto_endpoint, "me-south-1"), Aws(moto_endpoint, "me-south-1")
+    assert first.region == "me-south-1" and second.region not in ("me-south-1", "us-east-1")
+    assert first.bucket != second.bucket and second.s3.head_bucket(Bucket=second.bucket)
 
 
 @pytest.mark.heavy  # a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
