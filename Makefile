@@ -40,7 +40,7 @@ test: $(STAMP)
 
 ## The heavy tests (every CUDA build: merged wheels, the GPU step, reproducibility, nvcc threads; the
 ## published-bytes, quota and two-folder reproducible runs; the Docker builds, which need `make docker`;
-## publishing through a real index server): each makes several real builds. .ci/run runs them after `make test`.
+## publishing through a real index server): each makes several real builds. .ci/heavy runs them (not .ci/run yet: docs/development.md, "The gate").
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadgroup -m heavy $(JUNIT_HEAVY)
 
