@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,16 +10,7 @@ from typing import Any
 import pytest
 
 from tests import conftest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tool() -> Any:
-    spec = importlib.util.spec_from_file_location("test_durations_tool", ROOT / "tools" / "test_durations.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools import test_durations
 
 
 def test_junit_cases_become_pytest_node_ids(tmp_path: Path) -> None:
@@ -31,7 +21,7 @@ def test_junit_cases_become_pytest_node_ids(tmp_path: Path) -> None:
         '<testcase classname="tests.workflow.test_workflow.TestShortHeartbeat" name="test_two[a-b]" time="3"/>'
         "</testsuite></testsuites>"
     )
-    assert _tool().read(report) == {
+    assert test_durations.read(report) == {
         "tests/workflow/test_workflow.py::test_one": 12.3,
         "tests/workflow/test_workflow.py::TestShortHeartbeat::test_two[a-b]": 3.0,
     }
