@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     outcomes: list[Outcome] = []
-    with EmbeddedAws(state_dir=state_dir, registration_delay=1.0) as aws:
+    with EmbeddedAws(state_dir=state_dir) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         for package in chosen:
             if not args.cuda:

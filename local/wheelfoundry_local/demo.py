@@ -133,7 +133,7 @@ def run_demo(
         torch_version = _exact_torch(next(iter(request["torch"])))
         out(f"preparing the user's environment (torch=={torch_version}, pytest) under {cache}/envs meanwhile")
         users = pool.submit(user_env, cache, torch_version, state_dir / "demo-venv", state_dir / "demo-venv.log")
-    with pool, EmbeddedAws(state_dir=state_dir, registration_delay=1.0, agent_output=progress.on_output) as aws:
+    with pool, EmbeddedAws(state_dir=state_dir, agent_output=progress.on_output) as aws:
         public = request.get("channel") or "extensions"  # the channel the run publishes to is a public one
         out(f"deploying template.yaml into the embedded AWS (moto server on 127.0.0.1), PublicChannels={public}")
         stack = aws.deploy(

@@ -57,12 +57,14 @@ class EmbeddedAws:
         state_dir: str | Path | None = None,
         *,
         region: str = DEFAULT_REGION,
-        registration_delay: float = 0.5,
+        registration_delay: float = 0.0,
         agent_output: Output | None = None,
         enforce_lambda_timeouts: bool = True,
     ) -> None:
         """state_dir: where instance work roots and command logs go (default ./.wf-local).
-        registration_delay: seconds after launch before an instance's agent counts as Online.
+        registration_delay: seconds after launch before an instance's agent counts as Online. 0: Online once
+            its instance runs (this host has no boot to wait out: a job's first SendCommand goes through);
+            more plays a booting agent, which the ASL's AgentNotReady retry waits for (its 10 s interval).
         agent_output: called with (instance id, command id, line) for each line a command prints, and with
         (build id, "", line) for each line a local CodeBuild build prints.
         enforce_lambda_timeouts: report a handler that ran past its Timeout as Sandbox.Timedout."""

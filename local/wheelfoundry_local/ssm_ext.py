@@ -32,7 +32,7 @@ def _ssm_error(code: str, message: str) -> Exception:
 class Registration:
     """Instances count as registered (PingStatus Online) `delay` seconds after launch while running."""
 
-    def __init__(self, delay: float = 0.5) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
 
     def online(self, region: str) -> list[Any]:

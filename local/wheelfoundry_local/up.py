@@ -135,7 +135,7 @@ def run_up(
     state_path = state_dir / STATE_FILE
     try:
         with ExitStack() as scope:
-            aws = scope.enter_context(EmbeddedAws(state_dir=state_dir, registration_delay=1.0))
+            aws = scope.enter_context(EmbeddedAws(state_dir=state_dir))
             parameters = {"BuildHeartbeatSeconds": "120", "PublicChannels": public_channels}
             if source is not None:  # the request names its own bucket: the stack lets the builds read it
                 parameters["ExtensionSourceBucket"] = source_location(request_path)[0]

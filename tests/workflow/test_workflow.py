@@ -41,8 +41,18 @@ def building(aws: EmbeddedAws) -> str:
 
 def test_one_job_builds_publishes_and_indexes(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     # The per-cell layout: one wheel per cell with its +pt<XY><variant> label (tests/workflow/test_merged.py: merged).
-    result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), layout="per-cell"))
+    # The instance's agent registers a second after launch, as a booting one does later (the other tests' agents
+    # are Online at once): AwaitAgent fails with AgentNotReady and the ASL's retry waits its 10 s interval.
+    aws.registration.delay = 1.0
+    try:
+        result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), layout="per-cell"))
+    finally:
+        aws.registration.delay = 0.0
     assert result.succeeded, explained(aws, stack, result)
+    (instance,) = launched_by(aws, result.arn)
+    (command,) = [c for c in aws.client("ssm").list_commands()["Commands"] if instance["InstanceId"] in c["InstanceIds"]]
+    waited = (command["RequestedDateTime"] - instance["LaunchTime"]).total_seconds()
+    assert waited >= 9.5, f"the build command went {waited:.1f} s after launch: AwaitAgent's retry did not wait"
     assert result.output["status"] == "succeeded" and result.output["published"] == 1
     run_id = result.output["run_id"]
     (wheel,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
