@@ -283,6 +283,7 @@ def test_a_cell_interrupted_mid_compile_and_relaunched_compiles_only_what_it_had
     moto_endpoint: str,  # noqa: F811
     cache_dir: Path,
     tmp_path: Path,
+    measured: dict[str, Any],
 ) -> None:
     source = _copy(NINJA_OFF, tmp_path / "src")
     aws = Aws(moto_endpoint, "ap-southeast-2")
@@ -322,12 +323,10 @@ def test_a_cell_interrupted_mid_compile_and_relaunched_compiles_only_what_it_had
     stats = resumed["compiler_cache"]
     assert stats["hits"] == stored and stats["misses"] == 4 - stored, stats
     again = next(s for s in resumed["stages"] if s["name"] == f"build-{CELL}")
-    # The same cell with a cache of its own (a cold prefix): what the relaunch would have cost without it
-    cold_job = _job(aws, source, None, cached | {"SCCACHE_S3_KEY_PREFIX": "sccache/cold/"})
-    with MemoryCgroup() as cgroup:
-        code, cold, _ = _build(aws, cold_job, tmp_path / "third", cache_dir, cgroup, token=False)
-    assert code == 0 and cold["compiler_cache"]["misses"] == 4 and cold["compiler_cache"]["hits"] == 0
-    full = next(s for s in cold["stages"] if s["name"] == f"build-{CELL}")
+    # What the relaunch would have cost without the cache: the module's build of the same cell, all 4 units
+    # compiled (CPU seconds, so its 2 compilers at once against the relaunch's one do not count)
+    full = next(s for s in measured["manifest"]["stages"] if s["name"] == f"build-{CELL}")
+    assert not (measured["manifest"].get("compiler_cache") or {}).get("hits"), "the baseline compiled every unit"
     assert again["cpu_seconds"] < 0.8 * full["cpu_seconds"], "the relaunch compiled only the units left"
     print(
         f"interrupted attempt: build stage {build['seconds']:.1f} s ({stored} units stored); relaunch: "

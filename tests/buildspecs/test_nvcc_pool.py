@@ -50,7 +50,7 @@ static void wf_launch_all(float* x, int n, std::integer_sequence<int, Ns...>) {
   (wf_poly<Ns + 1><<<1, 32>>>(x, n), ...);
 }
 
-void wf_heavy(float* x, int n) { wf_launch_all(x, n, std::make_integer_sequence<int, 600>{}); }
+void wf_heavy(float* x, int n) { wf_launch_all(x, n, std::make_integer_sequence<int, 450>{}); }
 """
 
 
@@ -92,7 +92,7 @@ def _ninja_source(root: Path) -> Path:
     (source / "csrc" / "heavy_cuda.cu").write_text(HEAVY)
     setup = source / "setup.py"
     text = setup.read_text()
-    sources = 'sources = [f"csrc/{name}.cpp"] + ([f"csrc/{name}_cuda.cu"] if cuda else [])'
+    sources = 'sources = ([f"csrc/{name}_cuda.cu"] if cuda else []) + [f"csrc/{name}.cpp"]'
     assert sources in text and "use_ninja=False" in text
     heavy = 'sources += ["csrc/heavy_cuda.cu"] if cuda and name == "shift" else []'
     setup.write_text(text.replace(sources, f"{sources}\n    {heavy}").replace("use_ninja=False", "use_ninja=True"))

@@ -18,12 +18,14 @@ whatever the thread count (the builder container always builds in /work).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -231,16 +233,19 @@ def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_
     """Two extensions, each of one .cpp and one .cu file, built without ninja (tests/fixtures/pyg_cuda_ext,
     torch-scatter's layout): on one core the cell builds them one after the other; on 2 cores they share no
     object file, so wfbuild.parallel_compile builds them side by side (both .cu files at once, one nvcc
-    thread each: processes x threads = cores), and the wheel is the serial build's."""
+    thread each: processes x threads = cores), and the wheel is the serial build's.
+
+    Each build in a folder of its own (as two instances have): without ninja torch runs $CUDA_HOME/bin/nvcc
+    itself, not PYTORCH_NVCC, so only wfbuild.cuda_home's shim brings the launcher that keeps the source's
+    path out of its anonymous namespace's name (``_GLOBAL__N__<hash of the path>``) and the objects."""
     cores = sorted(os.sched_getaffinity(0))
     assert len(cores) >= 2, "this test needs 2 cores"
-    work = tmp_path / "work"
     first_aws, second_aws = Aws(moto_endpoint, "us-west-2"), Aws(moto_endpoint, "eu-west-2")
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pyg_cuda_ext"
     job = _put_job(first_aws, tmp_path, fixture, "wf-pyg-cuda")
-    serial, one = _build(first_aws, job, work, cache_dir, None, {cores[0]})
+    serial, one = _build(first_aws, job, tmp_path / "one" / "work", cache_dir, None, {cores[0]})
     job = _put_job(second_aws, tmp_path, fixture, "wf-pyg-cuda")
-    side, two = _build(second_aws, job, work, cache_dir, None, set(cores[:2]))
+    side, two = _build(second_aws, job, tmp_path / "elsewhere" / "two" / "work", cache_dir, None, set(cores[:2]))
     log = first_aws.text(serial["log_key"])
     assert "MAX_JOBS=1 each" in log and "chains side by side" not in log, log[-3000:]
     assert one.cu_files == {"scale_cuda.cu", "shift_cuda.cu"} and one.most_cu_at_once == 1, one.cu_files
@@ -252,7 +257,11 @@ def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_
     assert two.most_at_once == 1, f"{two.most_at_once} cicc/ptxas of one nvcc at a time"
     (first,), (second,) = serial["wheels"], side["wheels"]
     assert first["filename"] == second["filename"] and "cu130" in first["filename"]
-    assert first["sha256"] == second["sha256"], f"{first['filename']}: serial and side by side differ"
+    body = second_aws.s3.get_object(Bucket=second_aws.bucket, Key=second["key"])["Body"].read()
+    with zipfile.ZipFile(io.BytesIO(body)) as wheel:
+        libraries = [wheel.read(n) for n in wheel.namelist() if n.endswith("_cuda.so")]
+    assert len(libraries) == 2 and all(b"_GLOBAL__N__" in so for so in libraries), "no internal-linkage device code"
+    assert first["sha256"] == second["sha256"], f"{first['filename']}: serial and side by side, two folders, differ"
 
 
 @pytest.mark.timeout(3000)

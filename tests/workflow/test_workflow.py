@@ -50,7 +50,9 @@ def test_one_job_builds_publishes_and_indexes(aws: EmbeddedAws, stack: DeployedS
         aws.registration.delay = 0.0
     assert result.succeeded, explained(aws, stack, result)
     (instance,) = launched_by(aws, result.arn)
-    (command,) = [c for c in aws.client("ssm").list_commands()["Commands"] if instance["InstanceId"] in c["InstanceIds"]]
+    (command,) = [
+        c for c in aws.client("ssm").list_commands()["Commands"] if instance["InstanceId"] in c["InstanceIds"]
+    ]
     waited = (command["RequestedDateTime"] - instance["LaunchTime"]).total_seconds()
     assert waited >= 9.5, f"the build command went {waited:.1f} s after launch: AwaitAgent's retry did not wait"
     assert result.output["status"] == "succeeded" and result.output["published"] == 1
