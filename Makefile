@@ -40,9 +40,10 @@ test: $(STAMP)
 
 ## The heavy tests (every CUDA build: merged wheels, the GPU step, reproducibility, nvcc threads; the
 ## published-bytes, quota and two-folder reproducible runs; the Docker builds, which need `make docker`;
-## publishing through a real index server): each makes several real builds. .ci/heavy runs them (not .ci/run yet: docs/development.md, "The gate").
+## publishing through a real index server): each makes several real builds. .ci/heavy runs them, a step of
+## .ci/run (docs/development.md, "The gate").
 test-heavy: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadgroup -m heavy $(JUNIT_HEAVY)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile -m heavy $(JUNIT_HEAVY)
 
 ## The corpus (examples/corpus): real PyTorch extensions from PyPI, each built for CPU through the embedded
 ## farm, installed from its index into a fresh venv and its ops checked against plain torch; a table and

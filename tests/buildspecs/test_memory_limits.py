@@ -45,9 +45,9 @@ from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
-# several real builds: `make test-heavy` (.ci/heavy), not `make test`; one worker for the module, so its
-# unlimited build (the module fixture `measured`, about 170 s) is made once, not once per worker
-pytestmark = [pytest.mark.heavy, pytest.mark.xdist_group("memory_limits")]
+# several real builds: `make test-heavy`, not `make test`; it gives each file to one worker (--dist loadfile),
+# so the module fixture `measured` (the unlimited build, about 170 s) is made once
+pytestmark = pytest.mark.heavy
 
 NINJA_OFF = ROOT / "examples" / "extension-ninja-off"
 NAME = "wf-segops"
