@@ -1,0 +1,95 @@
+"""The heavy tests' cost in the gate, before and after: prints a table and writes bench/results/gate-heavy-<UTC>.json.
+
+    .venv/bin/python bench/gate_heavy.py --before BEFORE.json --after test-heavy.xml [--after-warm test-heavy.xml]
+        [--label "fresh clone, empty caches"] [--label-warm "fresh clone, caches kept"]
+
+BEFORE: a tests/durations.json of an earlier commit (node id -> seconds; `git show REV:tests/durations.json`);
+AFTER: the JUnit report(s) `make test-heavy` wrote under `.ci/run`'s JUNIT_DIR. A test's seconds are its
+setup, call and teardown (pytest's JUnit time), so a module fixture's build counts against the test that
+made it. Tests that went away (folded into another) are listed with what now covers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools.test_durations import read  # noqa: E402
+
+# What made a test cheaper (or where a removed test's point now lives), by node id prefix: prose for the
+# table, not a figure. Every EC2 job of a whole run also stopped waiting 10 s for an emulated SSM agent.
+WHY = {
+    "tests/buildspecs/test_nvcc_pool.py": "fixture .cu files without torch headers; the tail file 450 kernels, not 600",
+    "tests/buildspecs/test_nvcc_threads.py::test_a_pyg_layout": "fixture .cu files without torch headers; two folders "
+    "(takes over the no-ninja reproducibility test)",
+    "tests/local/test_reproducible_cuda.py::test_a_cuda_cell_built_without_ninja": "removed: the PyG-layout test "
+    "builds without ninja from two folders",
+    "tests/local/test_reproducible_runs.py": "one example (the merged two-release one), not two",
+    "tests/buildspecs/test_memory_limits.py::test_a_cell_interrupted": "compared with the module's full build, not "
+    "a third cold one",
+    "tests/buildspecs/test_memory_limits.py": "the module fixture built once (--dist loadfile; loadgroup split it)",
+    "tests/workflow/": "the emulated SSM agent is Online at launch (no 10 s AgentNotReady retry per EC2 job)",
+    "tests/local/": "the emulated SSM agent is Online at launch (no 10 s AgentNotReady retry per EC2 job)",
+    "tests/container/test_container_workflow.py": "the emulated SSM agent is Online at launch",
+}
+
+
+def why(node: str) -> str:
+    best = max((p for p in WHY if node.startswith(p)), key=len, default="")
+    return WHY.get(best, "")
+
+
+def reports(paths: list[Path]) -> dict[str, float]:
+    seen: dict[str, float] = {}
+    for path in paths:
+        seen.update(read(path))
+    return seen
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, nargs="+", required=True)
+    parser.add_argument("--after-warm", type=Path, nargs="*", default=[])
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--label-warm", default="after, caches kept")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    before = json.loads(args.before.read_text())
+    after, warm = reports(args.after), reports(args.after_warm)
+    heavy = sorted(set(after) | {n for n in before if any(n.startswith(p) for p in WHY if "removed" in WHY[p])})
+    rows = []
+    for node in heavy:
+        rows.append({"test": node, "before": before.get(node), "after": after.get(node), "warm": warm.get(node),
+                     "why": why(node)})  # fmt: skip
+    rows.sort(key=lambda r: -(r["before"] or 0.0))
+    cols = f"| test | before s | {args.label} s |" + (f" {args.label_warm} s |" if warm else "") + " what changed |"
+    print(cols)
+    print("|---|---:|---:|" + ("---:|" if warm else "") + "---|")
+
+    def fmt(value: float | None) -> str:
+        return "—" if value is None else f"{value:.0f}"
+
+    for r in rows:
+        name = r["test"].replace("tests/", "", 1)
+        extra = f" {fmt(r['warm'])} |" if warm else ""
+        print(f"| {name} | {fmt(r['before'])} | {fmt(r['after'])} |{extra} {r['why']} |")
+    total_before = sum(before.get(n) or 0.0 for n in heavy)
+    totals = {"before": total_before, "after": sum(after.values()), "warm": sum(warm.values()) if warm else None}
+    line = f"| **{len(after)} tests** | {totals['before']:.0f} | {totals['after']:.0f} |"
+    print(line + (f" {totals['warm']:.0f} |" if warm else "") + " test-seconds (two workers share them) |")
+    args.results.mkdir(parents=True, exist_ok=True)
+    out = args.results / f"gate-heavy-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps({"labels": [args.label, args.label_warm], "totals": totals, "rows": rows}, indent=1))
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
