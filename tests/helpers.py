@@ -102,3 +102,17 @@ def http_get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], 
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
+
+
+CACHE_STATS = re.compile(r"compiler cache: (\d+) requests, (\d+) hits, (\d+) misses")
+
+
+def assert_compiled(folder: Path) -> None:
+    """A local run under ``folder`` compiled its sources: each build's compiler cache (the runner's stats
+    line in its log) reports misses and no hit. A test that means to build fails here, saying so, if a build
+    was skipped or served from a cache instead."""
+    logs = [p.read_text(errors="replace") for p in folder.rglob("*.log") if p.is_file()]
+    stats = [m for text in logs for m in CACHE_STATS.finditer(text)]
+    assert stats, f"{folder}: no build log reports its compiler cache: nothing shows this run compiled"
+    for m in stats:
+        assert int(m[2]) == 0 and int(m[3]) > 0, f"{folder}: a build was served from a cache, not compiled: {m[0]}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import assert_compiled
 from tests.local.test_reproducible_runs import ROOT, wheelfoundry
 from tests.workflow.test_merged import hide_system_cuda
 
@@ -58,6 +59,8 @@ def test_two_local_runs_of_a_cuda_cell_from_different_folders_give_identical_whe
     request.write_text(json.dumps(REQUEST))
     first = _run(request, tmp_path / "one" / "extension")
     second = _run(request, tmp_path / "elsewhere" / "two" / "extension")
+    for folder in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
+        assert_compiled(folder)  # both compiled their CUDA file: two builds, not one served twice
     assert first.name == second.name, (first.name, second.name)
     (so,) = _cuda_objects(first).values()
     assert b"_GLOBAL__N__" in so, "no internal-linkage device code in the CUDA build: the test proves nothing"

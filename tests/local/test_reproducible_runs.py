@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import assert_compiled
+
 pytestmark = pytest.mark.heavy  # two local runs: `make test-heavy`, not `make test`
 ROOT = Path(__file__).resolve().parents[2]
 # Two torch releases' cells merged into one wheel: every step a single cell's run takes, and the merge. The
@@ -31,6 +33,7 @@ def _run(request: str, source: str, cwd: Path) -> Path:
         "local", "run", str(ROOT / "examples/requests" / request), "--source", str(ROOT / "examples" / source), cwd=cwd
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_compiled(cwd)  # each run built its wheel: same bytes from two builds, not one build served twice
     (wheel,) = (cwd / "dist").glob("*.whl")
     return wheel
 
