@@ -33,17 +33,19 @@ demo: $(STAMP)
 	$(BIN)/wheelfoundry local demo
 
 ## The test suite (what CI runs after `make lint`): one pytest worker per core, up to 4 (pytest-xdist), each
-## test file on one worker (its module fixtures built once: 245 s against 317 s split across workers);
+## test file on one worker (its module fixtures built once: 245 s against 317 s split across workers), the
+## files in tests/conftest.py's longest-first order (--no-loadscope-reorder: xdist would put the files
+## with the most tests first, and a one-test 9-minute file last);
 ## the builds' environments are shared through one WF_CACHE_DIR under file locks (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile -m "not heavy" $(JUNIT_TEST)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder -m "not heavy" $(JUNIT_TEST)
 
 ## The heavy tests (every CUDA build: merged wheels, the GPU step, reproducibility, nvcc threads; the
 ## published-bytes, quota and two-folder reproducible runs; the Docker builds, which need `make docker`;
 ## publishing through a real index server): each makes several real builds. .ci/heavy runs them, a step of
 ## .ci/run (docs/development.md, "The gate").
 test-heavy: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile -m heavy $(JUNIT_HEAVY)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder -m heavy $(JUNIT_HEAVY)
 
 ## The corpus (examples/corpus): real PyTorch extensions from PyPI, each built for CPU through the embedded
 ## farm, installed from its index into a fresh venv and its ops checked against plain torch; a table and

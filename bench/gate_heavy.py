@@ -1,4 +1,4 @@
-"""The heavy tests' cost in the gate, before and after: prints a table and writes bench/results/gate-heavy-<UTC>.json.
+"""The heavy tests' cost in the gate, before and after: prints a table and writes bench/results/gate_heavy-<UTC>.json.
 
     .venv/bin/python bench/gate_heavy.py --before BEFORE.json --after test-heavy.xml [--after-warm test-heavy.xml]
         [--label "fresh clone, empty caches"] [--label-warm "fresh clone, caches kept"]
@@ -86,7 +86,7 @@ def main() -> int:
     print(line + (f" {totals['warm']:.0f} |" if warm else "") + " test-seconds (two workers share them) |")
     print(f"\nAlso: {NOTE}.")
     args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"gate-heavy-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out = args.results / f"gate_heavy-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps({"labels": [args.label, args.label_warm], "totals": totals, "rows": rows}, indent=1))
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0

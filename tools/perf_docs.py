@@ -43,6 +43,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "container_mode": ("one job in Docker (the EC2 path) against host mode", "bench/container_mode.py"),
     "concurrency": ("N one-job runs started at once against an EC2 vCPU quota", "bench/concurrency.py"),
     "lambda_bundle": ("the functions' bundle size and each handler's cold import", "bench/lambda_bundle.py"),
+    "gate_heavy": (
+        "the heavy tests' seconds in `.ci/run`, before and after making them cheaper",
+        "bench/gate_heavy.py --before OLD_DURATIONS.json --after JUNIT.xml",
+    ),
 }
 
 
