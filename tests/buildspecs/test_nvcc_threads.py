@@ -10,9 +10,10 @@ every nvcc that compiles a .cu file (not a probe such as ``nvcc --version``, nor
 before it execs a step), the NVCC_APPEND_FLAGS it was started with, and how many of its cicc/ptxas (one
 per architecture) ran at the same moment.
 
-Same folder, because nvcc's front end names each file's anonymous namespace after a hash of the source's
-absolute path (``_GLOBAL__N__<hash>_..._ops_cuda_cu_...``): two builds in different folders differ there
-whatever the thread count (the builder container always builds in /work).
+The two-architecture test builds twice in one folder, so only the thread count differs. Plain nvcc names
+each file's anonymous namespace after a hash of the source's absolute path (``_GLOBAL__N__<hash>_...``);
+the PyG-layout test builds in two folders, which the job's nvcc launcher makes give the same bytes
+(docs/provenance.md).
 """
 
 from __future__ import annotations
