@@ -3,10 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SAM := .tools/sam/bin/sam
-# checkov lives in its own venv (as SAM does): its pins (boto3 1.35, packaging 23) would downgrade .venv's.
-CHECKOV := .tools/checkov/bin/checkov
+# The lint tools live in venvs of their own: their pins (checkov's boto3 1.35, packaging 23) would downgrade
+# .venv's. Under WF_CACHE_DIR when it is set (.ci/run sets it and keeps it between runs: a fresh clone then
+# reuses them instead of spending about 60 s installing them), keyed by version and Python; else in .tools.
+SAM_VERSION := 1.170.0
 CHECKOV_VERSION := 3.3.30
+TOOLS := $(if $(WF_CACHE_DIR),$(WF_CACHE_DIR)/lint-tools/$(shell $(PYTHON) -c 'import sys; print("py%d%d" % sys.version_info[:2])'),.tools)
+SAM_HOME := $(TOOLS)/sam-$(SAM_VERSION)
+CHECKOV_HOME := $(TOOLS)/checkov-$(CHECKOV_VERSION)
+SAM := $(SAM_HOME)/bin/sam
+CHECKOV := $(CHECKOV_HOME)/bin/checkov
 
 # JUNIT_DIR=DIR: each suite also writes DIR/<suite>.xml (tools/test_durations.py reads them).
 JUNIT_TEST := $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/test.xml)
@@ -63,19 +69,24 @@ docker: $(STAMP)
 docker-stop:
 	python3 tools/docker_testbed.py stop
 
-$(SAM):
-	$(PYTHON) -m venv .tools/sam
-	.tools/sam/bin/python -m pip install --quiet --no-compile aws-sam-cli
+# A venv counts once its install finished (.installed): one cut short is made again, not reused.
+$(SAM_HOME)/.installed:
+	rm -rf $(SAM_HOME)
+	$(PYTHON) -m venv $(SAM_HOME)
+	$(SAM_HOME)/bin/python -m pip install --quiet --no-compile 'aws-sam-cli==$(SAM_VERSION)'
+	touch $@
 
-sam: $(SAM)
+sam: $(SAM_HOME)/.installed
 
-$(CHECKOV):
-	$(PYTHON) -m venv .tools/checkov
-	.tools/checkov/bin/python -m pip install --quiet --no-compile 'checkov==$(CHECKOV_VERSION)'
+$(CHECKOV_HOME)/.installed:
+	rm -rf $(CHECKOV_HOME)
+	$(PYTHON) -m venv $(CHECKOV_HOME)
+	$(CHECKOV_HOME)/bin/python -m pip install --quiet --no-compile 'checkov==$(CHECKOV_VERSION)'
+	touch $@
 
-checkov: $(CHECKOV)
+checkov: $(CHECKOV_HOME)/.installed
 
-lint: $(STAMP) $(SAM) $(CHECKOV)
+lint: $(STAMP) $(SAM_HOME)/.installed $(CHECKOV_HOME)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -3,15 +3,30 @@ resource with a one-line reason; the set of skipped checks is fixed here, so a n
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKOV = ROOT / ".tools/checkov/bin/checkov"
+
+
+def _checkov() -> Path:
+    """Where `make checkov` installs it (the Makefile's TOOLS): under WF_CACHE_DIR when that is set, else .tools."""
+    found = re.search(r"^CHECKOV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert found, "the Makefile pins checkov"
+    homes = [ROOT / ".tools"]
+    if os.environ.get("WF_CACHE_DIR"):
+        homes.append(Path(os.environ["WF_CACHE_DIR"]) / "lint-tools" / f"py{sys.version_info[0]}{sys.version_info[1]}")
+    tool = [home / f"checkov-{found[1]}" / "bin" / "checkov" for home in homes]
+    return next((t for t in tool if t.exists()), tool[0])
+
+
+CHECKOV = _checkov()
 # Why each may be skipped at all; the per-resource comment says why there.
 ALLOWED = {
     "CKV_AWS_18": "bucket access logging",
