@@ -170,3 +170,26 @@ def test_the_cuda_pair_passes_when_the_farm_refuses_without_the_switch_and_publi
     ]
     if kind == "cu130" and succeeded:
         assert "published without FORCE_CUDA_EXTENSION" in outcome.error
+
+
+def test_packages_built_at_once_lead_each_line_with_their_name_and_jobs_below_one_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tools.corpus import main, speaker
+
+    speaker("torch-scatter", lead=True)("\n== torch-scatter 2.1.2\n  3 of 3 checks passed")
+    speaker("torchsort", lead=False)("started run-1")
+    assert (
+        capsys.readouterr().out
+        == "\n[torch-scatter] == torch-scatter 2.1.2\n[torch-scatter]   3 of 3 checks passed\nstarted run-1\n"
+    )
+    with pytest.raises(SystemExit) as refused:
+        main(["--jobs", "0"])
+    assert refused.value.code == 2 and "--jobs 0: at least 1 package at a time" in capsys.readouterr().err
+
+
+def test_the_corpus_lists_its_longest_build_first() -> None:
+    """Two packages build at once in the corpus's order: the longest (torch-scatter, about 300 compile-s on 2
+    cores, bench/results/corpus-*.json) first, so it does not start after two others."""
+    ci = [p.name for p in load_corpus(CORPUS) if p.ci]
+    assert ci[0] == "torch-scatter", ci

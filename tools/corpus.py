@@ -1,6 +1,6 @@
 """The corpus: real PyTorch extensions from PyPI built through the farm, installed and checked as a user would.
 
-    .venv/bin/python tools/corpus.py [--only NAME ...] [--all] [--state-dir DIR] [--timeout S] [--cuda]
+    .venv/bin/python tools/corpus.py [--only NAME ...] [--all] [--state-dir DIR] [--timeout S] [--jobs N] [--cuda]
 
 For each package of examples/corpus/corpus.toml (``ci = false`` ones only with --all or --only):
 1. its sdist, downloaded once into $WF_CACHE_DIR/corpus/ and checked against PyPI's sha256;
@@ -15,11 +15,16 @@ without the switch (no device code) and publishes it with the switch (docs/devic
 Prints a table and writes bench/results/corpus-<UTC>.json: per package the CPU compile seconds (the
 build stages' own time), wheel size, the layout the run reports, the result and the first error.
 Exit status 1 if any package fails, 2 on bad input. Builds and environments reuse WF_CACHE_DIR.
+--jobs (default 2): packages built at once on the one stack, as one farm serves several requests; a
+package's build leaves cores idle between its compiles (the corpus ran at 51% of 2 cores one at a time),
+so its compile seconds include the other's load. Each line of a package's own output is led by its name.
+The --cuda requests build one at a time: each CUDA build takes the machine's cores and memory itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import io
 import json
@@ -28,6 +33,8 @@ import platform
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,7 +77,16 @@ def fetch_sdist(package: Package, cache: Path) -> Path:
     return dest
 
 
-def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: Path, timeout: float) -> Outcome:
+def speaker(name: str, lead: bool) -> Callable[[str], None]:
+    """``print``, or with ``lead`` each line led by the package's name (packages built at once interleave)."""
+    if not lead:
+        return print
+    return lambda text: print("\n".join(f"[{name}] {line}" if line else "" for line in str(text).split("\n")))
+
+
+def run_package(
+    aws: Any, stack: Any, package: Package, cache: Path, state_dir: Path, timeout: float, say: Callable[[str], None]
+) -> Outcome:
     from wheelfoundry_cli.index_server import serving
 
     from wheelfoundry_local.demo import copy_published, explain_failure, run_request, upload_source
@@ -78,7 +94,6 @@ def run_package(aws: Any, stack: Any, package: Package, cache: Path, state_dir: 
 
     outcome = Outcome.of(package)
     started = time.monotonic()
-    say = print
     try:
         sdist = fetch_sdist(package, cache)
     except (OSError, CorpusError) as exc:
@@ -178,10 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="also the packages marked ci = false")
     parser.add_argument("--state-dir", default=".wf-local/corpus", help="instances, logs, venvs, wheels")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per package's run")
+    parser.add_argument("--jobs", type=int, default=2, help="packages built at once (default 2; --cuda: one at a time)")
     parser.add_argument(
         "--cuda", action="store_true", help="instead: the CUDA requests of packages with a cuda_switch (long builds)"
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1 package at a time")
     if isinstance(sys.stdout, io.TextIOWrapper):  # progress shows as it happens in CI's captured log too
         sys.stdout.reconfigure(line_buffering=True)
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
@@ -198,15 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     from wheelfoundry_local.session import EmbeddedAws
 
     started = time.monotonic()
-    outcomes: list[Outcome] = []
     with EmbeddedAws(state_dir=state_dir) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+        runs: list[Callable[[], Outcome]] = []
         for package in chosen:
             if not args.cuda:
-                outcomes.append(run_package(aws, stack, package, cache, state_dir, args.timeout))
+                say = speaker(package.name, lead=args.jobs > 1)
+                runs.append(functools.partial(run_package, aws, stack, package, cache, state_dir, args.timeout, say))
             elif package.cuda_switch:  # without the switch refused (no device code), with it published
                 for kind in ("cu130", "cu130-switch"):
-                    outcomes.append(run_cuda(aws, stack, package, kind, cache, state_dir, args.timeout))
+                    runs.append(functools.partial(run_cuda, aws, stack, package, kind, cache, state_dir, args.timeout))
+        with ThreadPoolExecutor(max_workers=1 if args.cuda else args.jobs) as pool:
+            outcomes = list(pool.map(lambda run: run(), runs))  # in the corpus's order
         left = aws.instances()
     lines = table(outcomes)
     print("\n" + "\n".join(lines))

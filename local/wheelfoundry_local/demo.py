@@ -68,6 +68,7 @@ def run_request(
 ) -> ExecutionResult:
     arn = aws.start_execution(stack.state_machine_arn, request)
     out(f"started {arn.rsplit(':', 1)[-1]}")
+    progress.run = arn.rsplit(":", 1)[-1]  # the run's id is its execution's name: its jobs only
     sfn = aws.client("stepfunctions")
     deadline = time.monotonic() + timeout
     while sfn.describe_execution(executionArn=arn)["status"] == "RUNNING":

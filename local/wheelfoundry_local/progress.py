@@ -45,7 +45,8 @@ class Progress:
     of a job whose state has not changed for ``quiet`` seconds, so a long stage still shows its clock;
     a finished job's line is never printed again."""
 
-    def __init__(self) -> None:
+    def __init__(self, run: str | None = None) -> None:
+        self.run = run  # set: only that run's jobs (other runs of the same stack are not this one's to show)
         self._lock = threading.Lock()
         self.jobs: dict[str, JobView] = {}
         self._stage_by_host: dict[str, str] = {}
@@ -119,14 +120,15 @@ class Progress:
 
     def _job_for(self, kind: str | None, event: dict[str, Any], by_host: dict[str | None, JobView]) -> JobView | None:
         if kind in ("LaunchFunction", "CollectFunction", "StartBuildFunction"):
-            job_id = event.get("job", {}).get("id")
+            job_id, run = event.get("job", {}).get("id"), event.get("run", {}).get("id")
         elif kind in ("TerminateFunction", "StopBuildFunction"):
-            job_id = event.get("state", {}).get("job", {}).get("id")
+            state = event.get("state", {})
+            job_id, run = state.get("job", {}).get("id"), state.get("run", {}).get("id")
         elif kind == "AwaitAgentFunction":
             return by_host.get(event.get("instance_id"))
         else:
             return None
-        if not job_id:
+        if not job_id or (self.run is not None and run != self.run):
             return None
         return self.jobs.setdefault(job_id, JobView(job_id))
 

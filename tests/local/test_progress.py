@@ -71,3 +71,16 @@ def test_an_ec2_job_names_its_stages_and_a_quiet_job_repeats_only_while_running(
     call(log, "TerminateFunction", {"state": {"job": job}}, {"status": "succeeded"})
     assert len(progress.update(stack, log)) == 1  # type: ignore[arg-type]
     assert progress.still_running(quiet=0) == []
+
+
+def test_a_runs_progress_shows_its_own_jobs_not_another_runs_on_the_same_stack() -> None:
+    """tools/corpus.py builds packages at once on one stack: each package's lines are its own run's jobs."""
+    progress, log, stack = Progress(run="run-a"), InvocationLog(FaultRegistry()), Stack()
+    for run, instance in (("run-a", "i-0aaa"), ("run-b", "i-0bbb")):
+        job = {"id": f"{run}-cpu-x86_64"}
+        call(log, "LaunchFunction", {"job": job, "run": {"id": run}}, {"instance_id": instance})
+        call(log, "AwaitAgentFunction", {"instance_id": instance}, {})
+        call(log, "TerminateFunction", {"state": {"job": job, "run": {"id": run}}}, {"status": "succeeded"})
+    printed = progress.update(stack, log)  # type: ignore[arg-type]
+    assert [line.split()[0] for line in printed] == ["run-a-cpu-x86_64"]
+    assert list(progress.jobs) == ["run-a-cpu-x86_64"]
