@@ -15,9 +15,10 @@ without the switch (no device code) and publishes it with the switch (docs/devic
 Prints a table and writes bench/results/corpus-<UTC>.json: per package the CPU compile seconds (the
 build stages' own time), wheel size, the layout the run reports, the result and the first error.
 Exit status 1 if any package fails, 2 on bad input. Builds and environments reuse WF_CACHE_DIR.
---jobs (default 2): packages built at once on the one stack, as one farm serves several requests; a
-package's build leaves cores idle between its compiles (the corpus ran at 51% of 2 cores one at a time),
-so its compile seconds include the other's load. Each line of a package's own output is led by its name.
+--jobs (default 2): packages built at once on the one stack, as one farm serves several requests. Each
+build is planned for CodeBuild's small type, one compiler at a time, so one package at a time left a core
+idle (51% of 2 cores); two at once, a package's compile seconds include the other's load. Each line of a
+package's own output is led by its name.
 The --cuda requests build one at a time: each CUDA build takes the machine's cores and memory itself.
 """
 
