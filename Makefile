@@ -69,20 +69,17 @@ docker: $(STAMP)
 docker-stop:
 	python3 tools/docker_testbed.py stop
 
+TOOL_REQUIREMENT.sam-$(SAM_VERSION) := aws-sam-cli==$(SAM_VERSION)
+TOOL_REQUIREMENT.checkov-$(CHECKOV_VERSION) := checkov==$(CHECKOV_VERSION)
+
 # A venv counts once its install finished (.installed): one cut short is made again, not reused.
-$(SAM_HOME)/.installed:
-	rm -rf $(SAM_HOME)
-	$(PYTHON) -m venv $(SAM_HOME)
-	$(SAM_HOME)/bin/python -m pip install --quiet --no-compile 'aws-sam-cli==$(SAM_VERSION)'
+$(TOOLS)/%/.installed:
+	rm -rf $(@D)
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install --quiet --no-compile '$(TOOL_REQUIREMENT.$*)'
 	touch $@
 
 sam: $(SAM_HOME)/.installed
-
-$(CHECKOV_HOME)/.installed:
-	rm -rf $(CHECKOV_HOME)
-	$(PYTHON) -m venv $(CHECKOV_HOME)
-	$(CHECKOV_HOME)/bin/python -m pip install --quiet --no-compile 'checkov==$(CHECKOV_VERSION)'
-	touch $@
 
 checkov: $(CHECKOV_HOME)/.installed
 
