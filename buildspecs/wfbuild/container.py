@@ -24,6 +24,10 @@ from wfbuild.safety import check_env
 
 LOCAL_REPOSITORY = "wheelfoundry-builder"
 SESSION_DIR = "/run/wf/aws"  # where a stage container finds the job session's credentials file
+# A local run's cache of build environments (wfbuild.envs), the same on every run of the machine: read-only to
+# every stage, writable only to a stage that makes an environment of torch and the cell's tools
+# (Stage.shared_env). An instance of the farm starts empty and has none.
+CACHE_DIR = "/cache"
 
 
 def image_hash(bundle: Path, recipe: str, base: str, build_args: Mapping[str, str]) -> str:
@@ -74,10 +78,12 @@ def run_argv(
     offline: bool = False,
     limits: Limits | None = None,
     session: Path | None = None,
+    cache: tuple[Path, bool] | None = None,
 ) -> list[str]:
     """``docker run`` of one stage. What the build can reach is exactly: the job's work tree (the only
     writable mount), the bundle read-only, the variables of the env file (its job session, never this
-    host's identity), and the network only for a stage that needs it."""
+    host's identity), the network only for a stage that needs it, and in a local run the machine's cache of
+    build environments (``cache``: read-only unless the stage makes one)."""
     # Network: an offline stage (repair, smoke, manifest) gets none. Others get Docker's default
     # bridge: the container is a hop further from IMDS than the host, and the launch templates' hop
     # limit 1 keeps IMDSv2 answers from reaching it, so the build never sees the instance role. Host
@@ -86,6 +92,8 @@ def run_argv(
     mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"]
     if session is not None:  # the job session's credentials: the runner's folder, read-only, outside /work
         mounts += ["-v", f"{session}:{SESSION_DIR}:ro"]
+    if cache is not None:  # (the host's folder, writable)
+        mounts += ["-v", f"{cache[0]}:{CACHE_DIR}:{'rw' if cache[1] else 'ro'}"]
     if bundle.is_relative_to(work):  # the Build document unpacks the bundle inside the work tree
         mounts += ["-v", f"{bundle}:/work/{bundle.relative_to(work)}:ro"]
     limits = limits or Limits()

@@ -44,6 +44,7 @@ def published_stages(p: Paths, job: dict[str, Any]) -> list[Stage]:
             False,
             needs=(fetch.name,),
             group=cid,
+            shared_env=True,
         )
         smoke = ["--python", python, "--wheel-dir", f"{p.work}/published/{cid}", "--work-dir", f"{p.work}/smoke/{cid}"]
         smoke += ["--base-env", f"{p.work}/envs/{cid}"] + (["--cuda-built"] if cuda else [])

@@ -203,6 +203,7 @@ class Job:
                 stage.offline,
                 cells.limits(self),
                 self.private / "aws",
+                cache=(folder, stage.shared_env) if (folder := stage_env.container_cache(self)) else None,
             )
             env = {k: v for k, v in self.environ.items() if k != "WF_TASK_TOKEN"}  # the docker CLI's own
 

@@ -29,6 +29,9 @@ class Stage:
     needs: tuple[str, ...] = field(default=())  # skipped unless all of these succeeded
     group: str | None = None  # an extension cell: its stages run in order, groups side by side
     offline: bool = False  # needs no network (in a container: --network none)
+    # Makes a build environment of torch and the cell's tools only (no package's own code or requirements):
+    # in a local run's container it may write the machine's cache of them (wfbuild.container.CACHE_DIR).
+    shared_env: bool = False
 
 
 # What a cell's build environment holds besides torch (wfbuild.gpu_runner asks for the same cached env).

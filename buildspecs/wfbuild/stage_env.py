@@ -33,6 +33,8 @@ def for_stage(job: Job, stage: Stage, in_container: bool) -> dict[str, str]:
             if job.environ.get(name):
                 base[name] = job.environ[name]
         base |= session(job, f"{container.SESSION_DIR}/credentials", {})
+        if stage.shared_env and container_cache(job) is not None:
+            base["WF_CACHE_DIR"] = container.CACHE_DIR  # wfbuild.envs makes or reuses the environment there
         return {**base, **layered}
     env = {k: v for k, v in job.environ.items() if k != "WF_TASK_TOKEN"}
     if not stage.host:  # the job's own code: its session, never this host's identity
@@ -60,3 +62,14 @@ def session(job: Job, path: str, environ: Mapping[str, str]) -> dict[str, str]:
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         }
     return job.creds.stage_env(environ, path)
+
+
+def container_cache(job: Job) -> Path | None:
+    """A local run's cache of the environments its stage containers make (WF_CACHE_DIR, set by the local
+    agent, never on an instance of the farm): a folder of its own, as their venvs name the container's paths."""
+    root = job.environ.get("WF_CACHE_DIR")
+    if not root:
+        return None
+    folder = Path(root).resolve() / "container-envs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -196,7 +196,9 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
             tools += ["--expect-cuda", safety.check(safety.CUDA, job["cuda"], "cuda")]
         env_dir = _cell_env(p, cell)
         env_argv = tool("envs", "--python", python, "--dest", env_dir, "--torch", torch, *index, *tools)
-        env_stage = Stage(f"env-{cid}", env_argv, {}, name, python, fatal=False, needs=(source.name,), group=cid)
+        env_stage = Stage(
+            f"env-{cid}", env_argv, {}, name, python, fatal=False, needs=(source.name,), group=cid, shared_env=True
+        )
         env = {"WF_SRC_DIR": src, "WF_ENV_DIR": env_dir, "WF_OUT_DIR": f"{p.raw(name, python)}/{key}"}
         # Each cell builds from its own copy: setuptools writes build/ and *.egg-info into the tree.
         env |= {"WF_PYTHON_VERSION": python, "WF_VERSION_SCHEME": "git", "WF_BUILD_COPY": f"{p.work}/cells/{cid}"}

@@ -10,7 +10,11 @@ the same ids only while both spawn the same processes in the same order. A real 
 no promise (pip's build isolation, a retried download, a cache hit against a miss), so the source's
 setup.py first runs a random number (1 to 1000) of short processes. Observed, not explained: with the
 launcher off (wf_nvcc_launcher returning at once) this test passed as well (docs/provenance.md), so it
-holds container builds to the same bytes, not the launcher to being the reason."""
+holds container builds to the same bytes, not the launcher to being the reason.
+
+Both runs' stages read torch's CUDA environment from the machine's cache (wfbuild.container.CACHE_DIR), as
+a local run's do: the first run's env stage makes it (about 35 s; none with the cache kept), and the second
+run's says it reused it. Each run still compiles (tests/helpers.py assert_compiled)."""
 
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ from types import ModuleType
 import pytest
 
 from tests.container.conftest import build_in, unavailable
+from tests.helpers import assert_compiled
 from tests.local.test_reproducible_cuda import REQUEST, ROOT, _cuda_objects, _run
 from tests.workflow.test_merged import hide_system_cuda
 from tools.docker_testbed_cuda import build_cuda_builder
-from wfbuild import toolkit
+from wfbuild import container, toolkit
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -67,6 +72,11 @@ def test_two_container_builds_of_a_cuda_cell_from_different_folders_give_identic
     for folder in (tmp_path / "one", tmp_path / "elsewhere" / "two"):
         logs = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.log") if p.is_file())
         assert f"builder image {cuda_container_mode} (WF_BUILDER_IMAGE" in logs, f"{folder}: not built in the image"
+        assert_compiled(folder)  # both compiled their CUDA file: two builds, not one served twice
+    # The second run's stages found torch's environment in the machine's cache (wfbuild.container.CACHE_DIR),
+    # made by the first run's (or an earlier one's) env stage, not installed again
+    second_logs = "\n".join(p.read_text(errors="replace") for p in (tmp_path / "elsewhere").rglob("*.log"))
+    assert f"reusing cached environment {container.CACHE_DIR}/envs/" in second_logs, "no cached environment"
     assert first.name == second.name, (first.name, second.name)
     (so,) = _cuda_objects(first).values()
     assert b"_GLOBAL__N__" in so, "no internal-linkage device code in the CUDA build: the test proves nothing"
