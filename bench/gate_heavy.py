@@ -33,9 +33,19 @@ WHY = {
     "builds without ninja from two folders",
     "tests/local/test_reproducible_runs.py": "one example (the merged two-release one), not two",
     "tests/buildspecs/test_memory_limits.py::test_a_cell_interrupted": "compared with the module's full build, not "
-    "a third cold one",
+    "a third cold one; units of ATen's headers and torch's pybind11 caster, not torch/extension.h (0.95 GiB and "
+    "13 s of cc1plus each, not 1.5 GiB and 27 s)",
     "tests/buildspecs/test_memory_limits.py": "the module fixture (the unlimited build) once: --dist loadfile "
-    "(loadgroup split the module); before: that report held no build time for these two",
+    "(loadgroup split the module); units of ATen's headers and torch's pybind11 caster, not torch/extension.h "
+    "(0.95 GiB and 13 s of cc1plus each, not 1.5 GiB and 27 s)",
+    "tests/buildspecs/test_nvcc_threads.py::test_two_arch": "takes over the package's-own-threads test: its "
+    "one-thread build has the package's --threads 4",
+    "tests/buildspecs/test_nvcc_threads.py::test_a_packages_own": "removed: the two-architecture test's one-thread "
+    "build has the package's --threads 4",
+    "tests/container/": "a cell's torch environment made once per machine (/cache, read-only to the build), not "
+    "installed by each job's env stage",
+    "tests/container/test_container_cuda.py": "torch's CUDA environment made once per machine (/cache), not by each "
+    "of its four env stages (42-49 s each); asserts both runs compiled and the second reused it",
 }
 NOTE = (
     "every whole run's EC2 jobs: no 10 s wait for the emulated SSM agent (Online at launch); every whole run's"
