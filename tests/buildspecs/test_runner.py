@@ -392,7 +392,7 @@ def test_spot_interruption_fails_the_task(aws: Aws, tmp_path: Path) -> None:
 @pytest.mark.heavy  # a real build: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_dir: Path, tmp_path: Path) -> None:
     """WF_CONTAINER=docker with a stand-in docker CLI: image built once, stages run through
-    ``docker run`` with an env file and the two mounts, the S3 fetch on the host."""
+    ``docker run`` with an env file and their mounts, the S3 fetch on the host."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "docker").write_text(
@@ -423,14 +423,19 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     # The loopback emulator: host networking for the stages that need a network, none for the manifest.
     assert [c[c.index("--network") + 1] for c in runs] == ["host", "host", "none"]
     assert all(f"{BUNDLE}:/bundle:ro" in c for c in runs), "fetch-source ran on the host, the rest in the image"
-    # The work tree is the only writable mount: no shared cache of the host's reaches the build; the job
-    # session's folder (the runner's own, beside the tree) is mounted read-only outside /work.
+    # The work tree is the build's only writable mount; the job session's folder (the runner's own, beside the
+    # tree) is mounted read-only outside /work. This is a local run (WF_CACHE_DIR): the machine's environments
+    # are at /cache, writable only to the env stage (torch and the cell's tools, none of the package's code).
+    shared = cache_dir.resolve() / "container-envs"
     mounts = [
         f"{tmp_path / 'work'}:/work",
         f"{BUNDLE}:/bundle:ro",
         f"{tmp_path / 'work.runner' / 'aws'}:/run/wf/aws:ro",
     ]
-    assert all([a for a in c if a.startswith("/") and ":/" in a] == mounts for c in runs)
+    expected = [[*mounts, f"{shared}:/cache:{mode}"] for mode in ("rw", "ro", "ro")]
+    assert [[a for a in c if a.startswith("/") and ":/" in a] for c in runs] == expected
+    env_stage = (tmp_path / "work.runner" / "env" / "env-torch2.13.0-cp311-cpu-x86_64.env").read_text()
+    assert "WF_CACHE_DIR=/cache\n" in env_stage
     (failure,) = [params for op, params in calls if op == "SendTaskFailure"]
     assert json.loads(failure["cause"])["stage"] == "build-torch2.13.0-cp311-cpu-x86_64"
     env_file = (tmp_path / "work.runner" / "env" / "build-torch2.13.0-cp311-cpu-x86_64.env").read_text()
