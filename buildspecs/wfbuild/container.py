@@ -80,8 +80,8 @@ def run_argv(
     session: Path | None = None,
     cache: tuple[Path, bool] | None = None,
 ) -> list[str]:
-    """``docker run`` of one stage. What the build can reach is exactly: the job's work tree (the only
-    writable mount), the bundle read-only, the variables of the env file (its job session, never this
+    """``docker run`` of one stage. What the build can reach is exactly: the job's work tree (the build's
+    only writable mount), the bundle read-only, the variables of the env file (its job session, never this
     host's identity), the network only for a stage that needs it, and in a local run the machine's cache of
     build environments (``cache``: read-only unless the stage makes one)."""
     # Network: an offline stage (repair, smoke, manifest) gets none. Others get Docker's default
@@ -92,7 +92,7 @@ def run_argv(
     mounts = ["-v", f"{work}:/work", "-v", f"{bundle}:/bundle:ro"]
     if session is not None:  # the job session's credentials: the runner's folder, read-only, outside /work
         mounts += ["-v", f"{session}:{SESSION_DIR}:ro"]
-    if cache is not None:  # (the host's folder, writable)
+    if cache is not None:  # (host folder, writable): writable only for a stage that makes an environment
         mounts += ["-v", f"{cache[0]}:{CACHE_DIR}:{'rw' if cache[1] else 'ro'}"]
     if bundle.is_relative_to(work):  # the Build document unpacks the bundle inside the work tree
         mounts += ["-v", f"{bundle}:/work/{bundle.relative_to(work)}:ro"]

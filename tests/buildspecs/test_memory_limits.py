@@ -3,7 +3,7 @@ and retried with fewer compilers, an interrupted cell resumed from the compiler 
 
 The source is examples/extension-ninja-off, its four C++ units compiled in parallel by
 wfbuild.parallel_compile. Each unit here includes ATen's headers and torch's pybind11 caster
-(torch/csrc/utils/pybind.h) instead of torch/extension.h: about 0.9 GiB and 13 s of cc1plus each, not 1.5 GiB
+(torch/csrc/utils/pybind.h) instead of torch/extension.h: about 0.95 GiB and 13 s of cc1plus each, not 1.5 GiB
 and 27 s (g++ 12, torch 2.13), and the same for every unit, which the limits below need ("two at once do
 not fit, one does" holds by half a unit). The runner runs in host mode against
 moto (tests/buildspecs/test_runner.py's harness) on 2 cores, in a memory cgroup of its own
