@@ -86,6 +86,10 @@ sam: $(SAM_HOME)/.installed
 
 checkov: $(CHECKOV_HOME)/.installed
 
+# A variable as this Makefile computes it: tests/test_security_checkov.py asks where checkov lives.
+print-%:
+	@echo '$($*)'
+
 lint: $(STAMP) $(SAM_HOME)/.installed $(CHECKOV_HOME)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

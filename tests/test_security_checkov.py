@@ -3,10 +3,8 @@ resource with a one-line reason; the set of skipped checks is fixed here, so a n
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _checkov() -> Path:
-    """Where `make checkov` installs it (the Makefile's TOOLS): under WF_CACHE_DIR when that is set, else .tools."""
-    found = re.search(r"^CHECKOV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
-    assert found, "the Makefile pins checkov"
-    homes = [ROOT / ".tools"]
-    if os.environ.get("WF_CACHE_DIR"):
-        homes.append(Path(os.environ["WF_CACHE_DIR"]) / "lint-tools" / f"py{sys.version_info[0]}{sys.version_info[1]}")
-    tool = [home / f"checkov-{found[1]}" / "bin" / "checkov" for home in homes]
-    return next((t for t in tool if t.exists()), tool[0])
+    """Where `make checkov` installs it: the Makefile says (its TOOLS: under WF_CACHE_DIR when set, else .tools)."""
+    argv = ["make", "-s", "--no-print-directory", "-C", str(ROOT), "print-CHECKOV"]
+    path = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    assert path.endswith("/bin/checkov"), f"make print-CHECKOV gave {path!r}"
+    return ROOT / path  # .tools/... is relative to the repository; WF_CACHE_DIR's is absolute
 
 
 CHECKOV = _checkov()
