@@ -243,6 +243,7 @@ class SsmAgent:
                     verdict, why = "Cancelled", f"instance {run.instance_id} is {gone}"
             if verdict is not None:
                 self._kill(process)
+                kill_left_behind(env["WF_WORK_ROOT"])
                 break
             time.sleep(0.05)
         process.wait()
@@ -297,3 +298,21 @@ class SsmAgent:
             self.events.put("aws.ssm", "EC2 Command Invocation Status-change Notification", detail, resources)
         except Exception:  # EventBridge delivery is best effort; the invocation's status stands
             logging.getLogger(__name__).exception("delivering the SSM status event failed")
+
+
+def kill_left_behind(work_root: str) -> list[int]:
+    """Kill what a killed command left running outside its process group, as the instance's end would.
+
+    sccache daemonizes its server (its own session), so killing the command's group leaves it running
+    on this host, which plays every instance. Every process of the instance carries its WF_WORK_ROOT."""
+    mark = f"\0WF_WORK_ROOT={work_root}\0".encode()
+    killed: list[int] = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark not in b"\0" + Path(f"/proc/{pid}/environ").read_bytes():
+                continue
+            os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue  # gone, or not ours to read
+        killed.append(int(pid))
+    return killed

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from wheelfoundry_local import DeployedStack, EmbeddedAws
+from wheelfoundry_local.agent import kill_left_behind
 
 from .conftest import launch, online, wait_for
 
@@ -282,3 +286,21 @@ def test_command_output_goes_to_s3_when_asked(aws: EmbeddedAws, stack: DeployedS
     body = aws.client("s3").get_object(Bucket=stack.bucket(), Key=key)["Body"].read().decode()
     assert "started mode=logged" in body
     terminate(aws, instance_id)
+
+
+def test_what_a_killed_command_left_outside_its_group_is_killed_with_it(tmp_path: Path) -> None:
+    """sccache daemonizes its server into a session of its own: the command's group dies without it. The
+    instance's WF_WORK_ROOT finds it (an exact match: another instance's folder is spared)."""
+    mine, other = tmp_path / "i-1" / "work", tmp_path / "i-10" / "work"
+    procs = {
+        root: subprocess.Popen(["sleep", "60"], env={**os.environ, "WF_WORK_ROOT": str(root)}, start_new_session=True)
+        for root in (mine, other)
+    }
+    try:
+        assert kill_left_behind(str(mine)) == [procs[mine].pid]
+        assert procs[mine].wait(5) == -signal.SIGKILL
+        assert procs[other].poll() is None, "another instance's process was killed"
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
