@@ -242,8 +242,7 @@ class SsmAgent:
                 if gone:
                     verdict, why = "Cancelled", f"instance {run.instance_id} is {gone}"
             if verdict is not None:
-                self._kill(process)
-                kill_left_behind(env["WF_WORK_ROOT"])
+                self._kill(process, env["WF_WORK_ROOT"])
                 break
             time.sleep(0.05)
         process.wait()
@@ -260,9 +259,11 @@ class SsmAgent:
         return verdict
 
     @staticmethod
-    def _kill(process: subprocess.Popen[str]) -> None:
+    def _kill(process: subprocess.Popen[str], work_root: str) -> None:
+        """Everything the command started, as a dying instance would: its process group, and what left it."""
         with contextlib.suppress(ProcessLookupError):  # already gone
-            os.killpg(process.pid, signal.SIGKILL)  # the whole tree, as a dying instance would
+            os.killpg(process.pid, signal.SIGKILL)
+        kill_left_behind(work_root)
 
     def _instance_gone(self, region: str, instance_id: str) -> str | None:
         """Why the instance can no longer run a command (its state, or "not found"); None while it can.
@@ -312,7 +313,7 @@ def kill_left_behind(work_root: str) -> list[int]:
             if mark not in b"\0" + Path(f"/proc/{pid}/environ").read_bytes():
                 continue
             os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
+        except OSError:  # ProcessLookupError included
             continue  # gone, or not ours to read
         killed.append(int(pid))
     return killed
