@@ -26,7 +26,8 @@ from tools.test_durations import read  # noqa: E402
 # table, not a figure. Not per test: every whole run's EC2 jobs stopped waiting 10 s for the emulated SSM
 # agent (printed under the table); where a row shows no other change, that and the machine's load are all.
 WHY = {
-    "tests/buildspecs/test_nvcc_pool.py": "fixture .cu files without torch headers; the tail file 450 kernels, not 600",
+    "tests/buildspecs/test_nvcc_pool.py": "fixture .cu files without torch headers; the tail file 450 kernels, not "
+    "600; one build, not a --threads 1 reference beside it (test_nvcc_threads.py holds thread counts to one wheel)",
     "tests/buildspecs/test_nvcc_threads.py::test_a_pyg_layout": "fixture .cu files without torch headers; two folders "
     "(takes over the no-ninja reproducibility test)",
     "tests/local/test_reproducible_cuda.py::test_a_cuda_cell_built_without_ninja": "removed: the PyG-layout test "
@@ -47,6 +48,9 @@ WHY = {
     "tests/container/test_container_cuda.py": "torch's CUDA environment made once per machine (/cache), not by each "
     "of its four env stages (42-49 s each); asserts both runs compiled and the second reused it",
 }
+# A test renamed since BEFORE: its new node id -> the one BEFORE knows it by.
+POOL = "tests/buildspecs/test_nvcc_pool.py::test_a_ninja_cells_cuda_files_share_the_compiler_caches_pool_and_"
+RENAMED = {f"{POOL}the_last_compiles_its_architectures_at_once": f"{POOL}give_the_one_thread_wheel"}
 NOTE = (
     "every whole run's EC2 jobs: no 10 s wait for the emulated SSM agent (Online at launch); every whole run's"
     " end looked for every 0.05 s growing to 0.5 s, not every 0.05 s (about 2 CPU-s of 31 in one test)"
@@ -79,7 +83,8 @@ def main() -> int:
     heavy = sorted(set(after) | {n for n in before if any(n.startswith(p) for p in WHY if "removed" in WHY[p])})
     rows = []
     for node in heavy:
-        rows.append({"test": node, "before": before.get(node), "after": after.get(node), "warm": warm.get(node),
+        was = before.get(node, before.get(RENAMED.get(node, "")))
+        rows.append({"test": node, "before": was, "after": after.get(node), "warm": warm.get(node),
                      "why": why(node)})  # fmt: skip
     rows.sort(key=lambda r: -(r["before"] or 0.0))
     cols = f"| test | before s | {args.label} s |" + (f" {args.label_warm} s |" if warm else "") + " what changed |"
@@ -93,7 +98,7 @@ def main() -> int:
         name = r["test"].replace("tests/", "", 1)
         extra = f" {fmt(r['warm'])} |" if warm else ""
         print(f"| {name} | {fmt(r['before'])} | {fmt(r['after'])} |{extra} {r['why']} |")
-    total_before = sum(before.get(n) or 0.0 for n in heavy)
+    total_before = sum(r["before"] or 0.0 for r in rows)
     totals = {"before": total_before, "after": sum(after.values()), "warm": sum(warm.values()) if warm else None}
     line = f"| **{len(after)} tests** | {totals['before']:.0f} | {totals['after']:.0f} |"
     print(line + (f" {totals['warm']:.0f} |" if warm else "") + " test-seconds (two workers share them) |")
