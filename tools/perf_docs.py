@@ -47,6 +47,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "the heavy tests' seconds in `.ci/run`, before and after making them cheaper",
         "bench/gate_heavy.py --before OLD_DURATIONS.json --after JUNIT.xml",
     ),
+    "machine_speed": (
+        "this machine's cores: two CPU probes, to compare gate timings across machines",
+        "bench/machine_speed.py",
+    ),
 }
 
 
