@@ -80,10 +80,12 @@ def main() -> int:
     args = parser.parse_args()
     before = json.loads(args.before.read_text())
     after, warm = reports(args.after), reports(args.after_warm)
-    heavy = sorted(set(after) | {n for n in before if any(n.startswith(p) for p in WHY if "removed" in WHY[p])})
+    removed = {n for n in before if any(n.startswith(p) for p in WHY if "removed" in WHY[p])}
+    heavy = sorted(set(after) | set(warm) | removed)
     rows = []
     for node in heavy:
-        was = before.get(node, before.get(RENAMED.get(node, "")))
+        old = RENAMED.get(node, "")  # the old id's own row, where a report still has it, keeps its figure
+        was = before.get(node, None if old in heavy else before.get(old))
         rows.append({"test": node, "before": was, "after": after.get(node), "warm": warm.get(node),
                      "why": why(node)})  # fmt: skip
     rows.sort(key=lambda r: -(r["before"] or 0.0))
