@@ -3,8 +3,8 @@ table and writes bench/results/machine_speed-<UTC>.json.
 
     python3 bench/machine_speed.py
 
-The gate is CPU-bound (its heavy step keeps both cores 93-95% busy), so its wall time scales with the
-cores' speed: on 2026-11-28 a new 2-core machine ran the same tests 1.65 times as long as the one before
+The gate is CPU-bound (its steps keep both cores 92-96% busy), so its wall time scales with the
+cores' speed: on 2026-11-28 a new 2-core machine took 1.66 times the test-seconds for the same tests as the one before
 (docs/development.md, "The gate"). Two probes, each the median CPU time of three tries:
 - Python: 5 million additions in a loop (the test suites, the embedded AWS, pip);
 - C++: ``g++ -O2 -c`` of a small translation unit that instantiates standard containers (the builds).

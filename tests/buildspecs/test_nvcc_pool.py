@@ -124,7 +124,7 @@ def test_a_ninja_cells_cuda_files_share_the_compiler_caches_pool_and_the_last_co
     pooled, sampler = _build(aws, job, work, cache_dir, None, two_cores, PoolSampler(work))
     log = aws.text(pooled["log_key"])
     assert "compiler cache: sccache" in log and "3 .cu file(s) in the source" in log, log[-3000:]
-    cache = json.loads(aws.text(job.replace("job.json", "manifest.json")))["compiler_cache"]
+    cache = json.loads(aws.text(pooled["manifest_key"]))["compiler_cache"]
     assert cache["hits"] == 0 and cache["misses"] >= 3, f"a fresh stack's cache: each unit compiled, {cache}"
     pool = "the compiler cache's pool keeps the compilers at once within the 2 cores"
     assert re.search(rf"MAX_JOBS=2 each, nvcc --threads 2 \({pool}\)", log), log[-3000:]
