@@ -10,7 +10,12 @@ import yaml
 _SCALAR_LIST_FUNCTIONS = {"GetAtt"}  # `!GetAtt A.B` is the one scalar that becomes a list
 
 
-class CfnLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML's wheel carries it: the same documents, about six times faster than the pure
+# Python one, and every test that deploys the template parses it
+_SAFE: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class CfnLoader(_SAFE):  # type: ignore[valid-type,misc]
     """SafeLoader plus intrinsic tags; dates stay strings (`AWSTemplateFormatVersion: 2010-09-09`)."""
 
 

@@ -22,11 +22,16 @@ handlers' 60 s timeout:
   kept; boto3 clients are thread-safe.
 On 2026-11-26 the last two showed in the GIL samples of a one-channel run of 100 whose Launch handlers
 then ran past their 60 s timeout (`Sandbox.Timedout`, 49 runs failed in 4 minutes).
+
+One cost is not the load's but every test's: moto reads a stack's template with PyYAML's pure-Python
+loader, JSON included (JSON is YAML), about a quarter of a deploy of this project's template, which
+`deploy` hands it as JSON. JSON is read as JSON first, the same dict; anything else goes to moto's reader.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import threading
 from typing import Any
@@ -39,6 +44,7 @@ def install(patches: Patches) -> None:
     _tags_by_id(patches)
     _jsonpath_once(patches)
     _one_client_per_service(patches)
+    _json_templates(patches)
 
 
 def _parse_once(patches: Patches) -> None:
@@ -105,3 +111,18 @@ def _one_client_per_service(patches: Patches) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("moto.stepfunctions") and getattr(module, "boto_client_for", None) is original:
             patches.set(module, "boto_client_for", boto_client_for)
+
+
+def _json_templates(patches: Patches) -> None:
+    from moto.cloudformation.models import Stack
+
+    parse = Stack.parse_template
+
+    def parse_template(template: str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(template)
+        except ValueError:
+            return parse(template)
+        return parsed if isinstance(parsed, dict) else parse(template)
+
+    patches.set(Stack, "parse_template", staticmethod(parse_template))

@@ -35,3 +35,12 @@ def test_a_cuda_cell_refuses_a_torch_without_that_cuda(tmp_path: Path) -> None:
     wrapper.chmod(0o755)
     problem = cuda_problem(tmp_path, "13.0")
     assert problem is not None and "built for CUDA none" in problem and "needs CUDA 13.0" in problem
+
+
+def test_a_cuda_cell_refuses_an_environment_without_torch(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / "python"  # this venv's Python without its site-packages: no torch
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    wrapper.chmod(0o755)
+    problem = cuda_problem(tmp_path, "13.0")
+    assert problem is not None and problem.startswith(f"no torch/version.py in {tmp_path}"), problem
