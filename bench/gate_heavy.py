@@ -36,6 +36,11 @@ WHY = {
     "tests/buildspecs/test_memory_limits.py::test_a_cell_interrupted": "compared with the module's full build, not "
     "a third cold one; units of ATen's headers and torch's pybind11 caster, not torch/extension.h (0.95 GiB and "
     "13 s of cc1plus each, not 1.5 GiB and 27 s)",
+    "tests/buildspecs/test_memory_limits.py::test_units_needing": "takes over the interrupted-cell test and the "
+    "one-compiler-at-a-time test: the spot instance's build, interrupted and relaunched, is the one planned by the "
+    "recorded peak in the instance's memory (the four units built once, not twice)",
+    "tests/buildspecs/test_memory_limits.py::test_units_that_together": "removed: its one-compiler-at-a-time build "
+    "is test_units_needing...'s interrupted and relaunched one",
     "tests/buildspecs/test_memory_limits.py": "the module fixture (the unlimited build) once: --dist loadfile "
     "(loadgroup split the module); units of ATen's headers and torch's pybind11 caster, not torch/extension.h "
     "(0.95 GiB and 13 s of cc1plus each, not 1.5 GiB and 27 s)",
@@ -50,7 +55,15 @@ WHY = {
 }
 # A test renamed since BEFORE: its new node id -> the one BEFORE knows it by.
 POOL = "tests/buildspecs/test_nvcc_pool.py::test_a_ninja_cells_cuda_files_share_the_compiler_caches_pool_and_"
-RENAMED = {f"{POOL}the_last_compiles_its_architectures_at_once": f"{POOL}give_the_one_thread_wheel"}
+MEMORY = "tests/buildspecs/test_memory_limits.py::test_"
+MERGED, RESUMED = (
+    "units_needing_more_memory_than_the_instance_has_compile_one_at_a_time_and_a_relaunch_compiles_the_rest",
+    "a_cell_interrupted_mid_compile_and_relaunched_compiles_only_what_it_had_not_finished",
+)
+RENAMED = {
+    f"{POOL}the_last_compiles_its_architectures_at_once": f"{POOL}give_the_one_thread_wheel",
+    f"{MEMORY}{MERGED}": f"{MEMORY}{RESUMED}",
+}
 NOTE = (
     "every whole run's EC2 jobs: no 10 s wait for the emulated SSM agent (Online at launch); every whole run's"
     " end looked for every 0.05 s growing to 0.5 s, not every 0.05 s (about 2 CPU-s of 31 in one test)"

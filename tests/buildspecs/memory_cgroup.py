@@ -60,6 +60,13 @@ class MemoryCgroup:
             return 0
         return sum(int(v) for k, v in (line.split() for line in lines) if k in keys)
 
+    def pids(self) -> list[str]:
+        """The processes in the cgroup now: all the runner started, sccache's detached server's included."""
+        try:
+            return (self.folder / "cgroup.procs").read_text().split()
+        except OSError:
+            return []
+
     def oom_kills(self) -> int:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         for line in (self.folder / name).read_text().splitlines():
