@@ -36,7 +36,8 @@ if [[ -n "${WF_TORCH_WHEEL_DIR:-}" ]]; then
   shopt -u nullglob
   [[ ${#wheels[@]} -eq 1 ]] || wf_die "expected one torch wheel in $WF_TORCH_WHEEL_DIR, found ${#wheels[@]}"
   "$python" -m pip install --disable-pip-version-check -- "${wheels[0]}"
-  PYTORCH_VERSION="$("$python" -c 'import torch; print(torch.__version__)')"
+  # the installed wheel's version as pip recorded it: torch.__version__'s string, without loading libtorch
+  PYTORCH_VERSION="$("$python" -c 'import importlib.metadata as m; print(m.version("torch"))')"
   export PYTORCH_VERSION
   wf_log "building against torch $PYTORCH_VERSION from ${wheels[0]}"
 fi
