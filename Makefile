@@ -17,6 +17,13 @@ CHECKOV := $(CHECKOV_HOME)/bin/checkov
 # new mtimes, so a kept cache gives the same verdict.
 MYPY_CACHE := $(if $(WF_CACHE_DIR),$(WF_CACHE_DIR)/mypy-cache,.mypy_cache)
 
+# Bytecode caches on, as on a developer's machine and a build instance. A machine that exports
+# PYTHONDONTWRITEBYTECODE (some CI images do) keeps none: every process then compiles all it imports from
+# source, and an `import torch` from the build environments (installed with --no-compile, wfbuild/envs.py)
+# takes 5-7 s instead of 3.4 on a slow core. The .pyc files land in .venv, the cached environments and
+# git-ignored __pycache__ folders, which the bundle, the Lambda zip and the source packs leave out.
+unexport PYTHONDONTWRITEBYTECODE
+
 # JUNIT_DIR=DIR: each suite also writes DIR/<suite>.xml (tools/test_durations.py reads them).
 JUNIT_TEST := $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/test.xml)
 JUNIT_HEAVY := $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/test-heavy.xml)
