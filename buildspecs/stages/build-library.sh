@@ -28,6 +28,7 @@ if [[ -n "${WF_BUILD_COPY:-}" ]]; then
   WF_SRC_DIR="$WF_BUILD_COPY"
 fi
 wf_nvcc_launcher
+tools_python="$(command -v python3)"  # pypa/build lives in the tools' venv, before the environment leads PATH
 python="$WF_ENV_DIR/bin/python"
 export PATH="$WF_ENV_DIR/bin:$PATH"
 if [[ -n "${WF_TORCH_WHEEL_DIR:-}" ]]; then
@@ -51,7 +52,7 @@ settings=()
 backend="$(python3 -m wfbuild.parallel_compile_tool backend --src "$WF_SRC_DIR")"
 case "$backend" in
   mesonpy)
-    settings=(--config-settings "compile-args=-j$jobs")
+    settings=(--config-setting "compile-args=-j$jobs")
     wf_log "parallel compile: meson-python, compile-args=-j$jobs"
     ;;
   scikit_build_core | skbuild | cmake_build_extension)
@@ -66,9 +67,9 @@ case "$backend" in
     ;;
 esac
 marker="$(mktemp)"  # what the build writes under the tree is newer (wfbuild.built_here)
-# No build isolation: an isolated build would install some other torch from an index.
-"$python" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps "${settings[@]}" \
-  --wheel-dir "$WF_OUT_DIR" -- "$WF_SRC_DIR"
+# The backend's build_wheel hook alone, run by the environment's Python: no build isolation (an isolated
+# build would install some other torch from an index), and no metadata hook first (pip's: setup.py twice).
+"$tools_python" -m wfbuild.wheel_build --python "$python" --src "$WF_SRC_DIR" --out "$WF_OUT_DIR" "${settings[@]}"
 if [[ -n "${WF_PARALLEL_LOG:-}" ]]; then
   wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile_tool summary --log "$WF_PARALLEL_LOG")"
   rm -f -- "$WF_PARALLEL_LOG"
