@@ -312,7 +312,7 @@ def test_failed_build_reports_build_failed_with_log(aws: Aws, cache_dir: Path, t
         "broken-ext",
         "3.11",
     )
-    assert "Failed to build" in entry["log_tail"] and entry["error"].startswith("exit status 1")
+    assert "error: the build backend failed for" in entry["log_tail"] and entry["error"].startswith("exit status 1")
     skipped = {s["name"]: s["status"] for s in manifest["stages"]}
     assert skipped["repair-torch2.13.0-cp311-cpu-x86_64"] == skipped["smoke-torch2.13.0-cp311-cpu-x86_64"] == "skipped"
     assert (work / "build.log").exists(), "keep_on_failure keeps the work dir"

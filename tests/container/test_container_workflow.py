@@ -22,7 +22,7 @@ from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
 TINY_SETUP = (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
-# Runs inside the build stage (pip wheel runs setup.py); TARGETS holds host paths the test prepared.
+# Runs inside the build stage (wfbuild.wheel_build runs setup.py); TARGETS holds host paths the test prepared.
 HOSTILE = r"""
 import glob, json, os, socket
 
