@@ -2,10 +2,10 @@
 
 Some setup.py files publish somebody else's binary: causal-conv1d 1.7.0's ``bdist_wheel`` (its PyPI
 sdist) downloads a prebuilt wheel from the project's GitHub releases unless CAUSAL_CONV1D_FORCE_BUILD=TRUE
-and hands that to pip as the build's result; flash-attn and mamba-ssm do the same. On a build host with a
+and hands that over as the build's result; flash-attn and mamba-ssm do the same. On a build host with a
 network the cell then "succeeds" with a binary it never compiled, and the farm would sign provenance
-saying it built it from the pinned source. A setuptools build compiles in the source tree (pip builds a
-directory in place: build/temp*, build/lib*), so every ELF file of its wheel was first written there
+saying it built it from the pinned source. A setuptools build compiles in the source tree (wfbuild.wheel_build builds
+a directory in place: build/temp*, build/lib*), so every ELF file of its wheel was first written there
 during the build; one whose bytes no file written under the tree since the build started holds was not
 compiled here, and the stage fails naming it. Only for setuptools (build-library.sh's default backend):
 scikit-build-core and others may build in a temporary folder outside the tree.
@@ -73,8 +73,8 @@ def foreign(wheel: Path, tree: Path, since: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheel-dir", type=Path, required=True, help="the wheels pip wrote (newer than --marker)")
-    parser.add_argument("--tree", type=Path, required=True, help="the source tree pip built in")
+    parser.add_argument("--wheel-dir", type=Path, required=True, help="the wheels the build wrote (newer than --marker)")
+    parser.add_argument("--tree", type=Path, required=True, help="the source tree the build ran in")
     parser.add_argument("--marker", type=Path, required=True, help="a file touched just before the build")
     args = parser.parse_args(argv)
     since = args.marker.stat().st_mtime
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for wheel_name, name in problems:
         print(
             f"{name} in {wheel_name} was not compiled by this build: no file with its bytes was written under"
-            " the source tree while pip built it. The package's setup.py may have fetched a prebuilt wheel;"
+            " the source tree while the package was built. The package's setup.py may have fetched a prebuilt wheel;"
             " if it has a switch to build from source (causal-conv1d: CAUSAL_CONV1D_FORCE_BUILD=TRUE), set it"
             " in the request's build_env.",
             file=sys.stderr,

@@ -13,10 +13,14 @@ requirements checked here: the build environment is made for it (wfbuild.envs), 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
 from build import BuildBackendException, BuildException, ProjectBuilder
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from wfbuild import wheelfile
 
 
 def config_settings(pairs: list[str]) -> dict[str, str | list[str]]:
@@ -37,6 +41,21 @@ def build_wheel(python: str, src: Path, out: Path, settings: dict[str, str | lis
     return Path(builder.build("wheel", out, config_settings=settings or None))
 
 
+def python_refused(wheel: Path, python: str) -> str | None:
+    """Why the wheel's Requires-Python refuses the environment's Python, or None. pip wheel read it from the
+    metadata hook before building; with build_wheel alone it is read from the wheel."""
+    requires = wheelfile.metadata(wheel).get("Requires-Python")
+    if not requires:
+        return None
+    probe = "import platform; print(platform.python_version())"
+    version = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        allowed = SpecifierSet(requires)
+    except InvalidSpecifier:
+        return f"its Requires-Python {requires!r} is not a version specifier"
+    return None if allowed.contains(version, prereleases=True) else f"it requires Python {requires}, not {version}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m wfbuild.wheel_build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", required=True, help="the build environment's interpreter")
@@ -45,12 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-setting", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     try:
-        wheel = build_wheel(args.python, args.src, args.out, config_settings(args.config_setting))
+        settings = config_settings(args.config_setting)
     except ValueError as exc:
         parser.error(str(exc))
-    except (BuildException, BuildBackendException) as exc:
-        # The backend's own output (the compiler's errors) is already in the log above this line.
+    try:
+        wheel = build_wheel(args.python, args.src, args.out, settings)
+    except (BuildException, BuildBackendException, ValueError, OSError) as exc:
+        # The backend's own output (the compiler's errors) is already in the log above this line. ValueError:
+        # pyproject.toml's backend-path outside the source tree.
         print(f"error: the build backend failed for {args.src}: {exc}", file=sys.stderr)
+        return 1
+    refused = python_refused(wheel, args.python)
+    if refused:
+        wheel.unlink()
+        print(f"error: {wheel.name} cannot be installed by the cell's Python: {refused}", file=sys.stderr)
         return 1
     print(f"built {wheel.name}", flush=True)
     return 0

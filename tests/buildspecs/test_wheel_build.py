@@ -18,7 +18,7 @@ from pathlib import Path
 from setuptools import setup
 with open(Path(__file__).with_name("runs.log"), "a") as log:  # one line per run of this setup.py
     log.write("ran\\n")
-setup(name="wf-once", version="1.0", py_modules=["wf_once"])
+setup(name="wf-once", version="1.0", py_modules=["wf_once"], python_requires=">=3.9")
 """
 
 
@@ -72,3 +72,24 @@ def test_config_settings_are_pairs_and_a_repeated_key_keeps_every_value() -> Non
     for bad in ("compile-args", "=x"):
         with pytest.raises(ValueError, match=f"--config-setting '{bad}': expected KEY=VALUE"):
             wheel_build.config_settings([bad])
+
+
+def test_a_wheel_whose_requires_python_refuses_the_cells_python_fails_the_build(tmp_path: Path) -> None:
+    src = project(tmp_path, None)
+    (src / "setup.py").write_text(SETUP.replace(">=3.9", "<3.0"))
+    done = build(src, tmp_path / "out")
+    assert done.returncode == 1, done.stdout[-2000:]
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: wf_once-1.0-py3-none-any.whl cannot be installed by the cell's Python: it requires Python <3.0,"
+        f" not {version}"
+    )
+    assert not list((tmp_path / "out").glob("*.whl"))  # nothing a later stage could pick up
+
+
+def test_a_backend_path_outside_the_tree_is_a_build_error_not_a_usage_error(tmp_path: Path) -> None:
+    pyproject = '[build-system]\nrequires = []\nbuild-backend = "x"\nbackend-path = [".."]\n'
+    src = project(tmp_path, pyproject)
+    done = build(src, tmp_path / "out")
+    assert done.returncode == 1 and "usage:" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: the build backend failed for {src}: ")

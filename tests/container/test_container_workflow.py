@@ -93,7 +93,7 @@ result = {
     "bundle scripts executable": os.access("/bundle/images/scripts/fetch_verified.sh", os.X_OK),
 }
 print("hostile build observed:", json.dumps(result, sort_keys=True))
-# pip keeps setup.py's output out of the log: the findings travel in the wheel, as a module.
+# The findings travel in the wheel, as a module: the test reads them back from the bytes the farm built.
 with open(os.path.join("wf_tiny_ext", "_hostile.py"), "w") as out:
     out.write("RESULT = " + json.dumps(result, sort_keys=True) + "\n")
 """
