@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from wfbuild import container
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "tools" / "testbed"
 IMAGES = ROOT / "buildspecs" / "images"
@@ -198,7 +200,7 @@ def base_tag() -> str:
 
 
 def builder_tag() -> str:
-    scripts = sorted(p for p in (IMAGES / "scripts").rglob("*") if p.is_file())
+    scripts = container.image_scripts(IMAGES)  # without __pycache__, as the farm's own image tag
     parts = [base_tag().encode(), (TESTBED / "builder.Dockerfile").read_bytes()]
     parts += [str(p.relative_to(IMAGES)).encode() + p.read_bytes() for p in scripts]
     return f"wf-testbed/builder:{_digest(*parts)}"

@@ -30,10 +30,18 @@ SESSION_DIR = "/run/wf/aws"  # where a stage container finds the job session's c
 CACHE_DIR = "/cache"
 
 
+def image_scripts(images: Path) -> list[Path]:
+    """The files of ``images/scripts`` an image is made from, without Python's bytecode caches: importing
+    install_cuda.py writes ``__pycache__`` there on a machine that keeps them, and a tag that changed with
+    it rebuilt the image for nothing."""
+    files = (p for p in (images / "scripts").rglob("*") if p.is_file())
+    return sorted(p for p in files if "__pycache__" not in p.relative_to(images).parts and p.suffix != ".pyc")
+
+
 def image_hash(bundle: Path, recipe: str, base: str, build_args: Mapping[str, str]) -> str:
     images = bundle / "images"
     digest = hashlib.sha256()
-    files = [images / f"{recipe}.Dockerfile", *sorted(p for p in (images / "scripts").rglob("*") if p.is_file())]
+    files = [images / f"{recipe}.Dockerfile", *image_scripts(images)]
     for path in files:
         digest.update(str(path.relative_to(images)).encode() + b"\0" + path.read_bytes() + b"\0")
     for key, value in sorted({"BASE_IMAGE": base, **build_args}.items()):

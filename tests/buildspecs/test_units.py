@@ -207,6 +207,10 @@ def test_image_tag_follows_recipe_and_args(tmp_path: Path) -> None:
     shutil.copytree(BUNDLE / "images", copy / "images")
     job["image"]["build_args"]["ACL_VERSION"] = acl
     assert container.image_tag(job, copy) == tag
+    # Python's bytecode caches are not what the image is made from (importing install_cuda.py writes them)
+    (copy / "images" / "scripts" / "__pycache__").mkdir(exist_ok=True)
+    (copy / "images" / "scripts" / "__pycache__" / "install_cuda.cpython-311.pyc").write_bytes(b"\x00")
+    assert container.image_tag(job, copy) == tag
     (copy / "images" / "scripts" / "install_acl.sh").write_text("#!/usr/bin/env bash\n")
     assert container.image_tag(job, copy) != tag
     argv = container.build_argv(job, BUNDLE, tag)
