@@ -51,7 +51,9 @@ WHY = {
     "tests/container/": "a cell's torch environment made once per machine (/cache, read-only to the build), not "
     "installed by each job's env stage",
     "tests/container/test_container_cuda.py": "torch's CUDA environment made once per machine (/cache), not by each "
-    "of its four env stages (42-49 s each); asserts both runs compiled and the second reused it",
+    "of its four env stages (42-49 s each); asserts both runs compiled and the second reused it. 543 s at 69ac175:"
+    " the test bed's image tag hashed install_cuda.py's __pycache__ once bytecode caches were on, so the CUDA"
+    " builder image was rebuilt mid-run (3ad7ab8 leaves bytecode out of the tags; 292 s alone, image kept)",
 }
 # A test renamed since BEFORE: its new node id -> the one BEFORE knows it by.
 POOL = "tests/buildspecs/test_nvcc_pool.py::test_a_ninja_cells_cuda_files_share_the_compiler_caches_pool_and_"
