@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from wfbuild import container
-
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "tools" / "testbed"
 IMAGES = ROOT / "buildspecs" / "images"
@@ -200,6 +198,9 @@ def base_tag() -> str:
 
 
 def builder_tag() -> str:
+    # Imported here: `make docker-stop` runs this file with the machine's python3, which has no wfbuild.
+    from wfbuild import container
+
     scripts = container.image_scripts(IMAGES)  # without __pycache__, as the farm's own image tag
     parts = [base_tag().encode(), (TESTBED / "builder.Dockerfile").read_bytes()]
     parts += [str(p.relative_to(IMAGES)).encode() + p.read_bytes() for p in scripts]
