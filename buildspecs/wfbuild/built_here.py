@@ -4,11 +4,11 @@ Some setup.py files publish somebody else's binary: causal-conv1d 1.7.0's ``bdis
 sdist) downloads a prebuilt wheel from the project's GitHub releases unless CAUSAL_CONV1D_FORCE_BUILD=TRUE
 and hands that over as the build's result; flash-attn and mamba-ssm do the same. On a build host with a
 network the cell then "succeeds" with a binary it never compiled, and the farm would sign provenance
-saying it built it from the pinned source. A setuptools build compiles in the source tree (wfbuild.wheel_build builds
-a directory in place: build/temp*, build/lib*), so every ELF file of its wheel was first written there
-during the build; one whose bytes no file written under the tree since the build started holds was not
-compiled here, and the stage fails naming it. Only for setuptools (build-library.sh's default backend):
-scikit-build-core and others may build in a temporary folder outside the tree.
+saying it built it from the pinned source. A setuptools build compiles in the source tree
+(wfbuild.wheel_build builds a directory in place: build/temp*, build/lib*), so every ELF file of its wheel
+was first written there during the build; one whose bytes no file written under the tree since the build
+started holds was not compiled here, and the stage fails naming it. Only for setuptools (build-library.sh's
+default backend): scikit-build-core and others may build in a temporary folder outside the tree.
 
 This is a check of honest packages, inside the build's own container: a hostile build could defeat it,
 as it could anything that runs beside it (docs/security.md).
