@@ -8,7 +8,7 @@ A test's build cost is mostly the headers its units include, so this compiles, o
 CUDA unit the fixtures and examples hold, and a one-line unit per torch header they choose between, with
 the flags torch's cpp_extension gives them (``-O2 -fPIC``, C++20 for torch 2.14's headers). Headers and
 nvcc come from WF_CACHE_DIR: a torch 2.14.1+cu130 build environment the tests cached (wfbuild.envs; run
-`make test-heavy` once first), and the locked CUDA 13.0 toolkit a CUDA cell of the demo package gets
+`make test-heavy` once first), and the locked CUDA 13.0 toolkit a torch 2.14 CUDA 13.0 cell gets
 (wfbuild.toolkit.ensure with the planner's requirements: the tests' own, installed from the lock if
 missing). CPU-s is the compiler's user and system time (nvcc: all its steps, one after another).
 """
@@ -57,18 +57,9 @@ UNITS = (
     ("tests/fixtures/pathload_ext/csrc/ops.cpp", None, "test_published.py"),
     ("tests/fixtures/tiny_ext/src/kernel.cu", "89", "the whole-run tests' CUDA cells (sm_89)"),
 )
-# A CUDA 13.0 cell of the demo package, as the tests request it: the planner names its toolkit's requirements.
-CUDA_CELL = {
-    "framework": "extension",
-    "name": "wf-example-ops",
-    "source": {"s3": "s3://bench-bucket/sources/wf-example-ops.tar.gz"},
-    "torch": ["2.14"],
-    "cuda": ["13.0"],
-    "python": ["3.11"],
-    "platforms": ["x86_64"],
-    "arch_list": "9.0",
-    "torch_index": "pip",
-}
+# A CUDA 13.0 cell for torch 2.14 on x86_64, as the tests build them: the planner names its toolkit's
+# requirements (the catalog's for torch and CUDA, whatever the package).
+CUDA_REQUEST = ROOT / "examples" / "requests" / "torchsort-cuda.json"
 
 
 def torch_include(cache: Path) -> Path | None:
@@ -79,7 +70,7 @@ def torch_include(cache: Path) -> Path | None:
 
 
 def cuda_home(cache: Path) -> Path:
-    (job,) = plan_request(parse_request(CUDA_CELL), load_catalog(), load_config()).jobs
+    (job,) = plan_request(parse_request(json.loads(CUDA_REQUEST.read_text())), load_catalog(), load_config()).jobs
     return toolkit.ensure(ROOT / "buildspecs", "13.0", "x86_64", toolkit.requirements_of(job.to_dict()), cache)
 
 
