@@ -8,6 +8,7 @@ machine reuses them between jobs (wfbuild.envs keys the cache by interpreter and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,10 +25,22 @@ collect_ignore = ["fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _one_botocore_loader()
     if not os.environ.get("WF_CACHE_DIR"):
         os.environ["WF_CACHE_DIR"] = tempfile.mkdtemp(prefix="wf-test-cache-")
         _CREATED.append(os.environ["WF_CACHE_DIR"])
     os.makedirs(os.environ["WF_CACHE_DIR"], exist_ok=True)  # a folder named but not made yet (fixtures write into it)
+
+
+def _one_botocore_loader() -> None:
+    """Every botocore session of a test process reads its data files (endpoints, service models) through one
+    loader, which keeps what it read. moto's mock_aws drops boto3's default session at each start, and each
+    new session read the endpoint data again: about a tenth of `make test`'s pytest-worker CPU under py-spy
+    (2026-11-29). The files are botocore's own and never written, so a kept copy reads the same."""
+    import botocore.session
+
+    if not hasattr(botocore.session.create_loader, "cache_info"):
+        botocore.session.create_loader = functools.cache(botocore.session.create_loader)
 
 
 # Measured seconds per test (tools/test_durations.py writes it from a JUnit report of a whole run).

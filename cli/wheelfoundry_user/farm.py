@@ -46,12 +46,16 @@ class Farm:
     region: str | None = None
     _clients: dict[str, Any] = field(default_factory=dict)
     _outputs: dict[str, str] | None = None
+    _session: Any = None
 
     def client(self, service: str) -> Any:
         import boto3
 
         if service not in self._clients:
-            self._clients[service] = boto3.session.Session(region_name=self.region).client(
+            # one session for all of them: each new session reads botocore's endpoint data again (0.1 s)
+            if self._session is None:
+                self._session = boto3.session.Session(region_name=self.region)
+            self._clients[service] = self._session.client(
                 service, endpoint_url=self.endpoint_url or os.environ.get("WHEELFOUNDRY_ENDPOINT_URL") or None
             )
         return self._clients[service]

@@ -26,11 +26,24 @@ then ran past their 60 s timeout (`Sandbox.Timedout`, 49 runs failed in 4 minute
 One cost is not the load's but every test's: moto reads a stack's template with PyYAML's pure-Python
 loader, JSON included (JSON is YAML), about a quarter of a deploy of this project's template, which
 `deploy` hands it as JSON. JSON is read as JSON first, the same dict; anything else goes to moto's reader.
+
+Two more are every deploy's, measured with py-spy over `make test` (2026-11-29; 88 deploys, each in a fresh
+state), where they were about a fifth of the pytest workers' samples:
+- The ASL parse above, again at every deploy: the definition holds its functions' and documents' physical
+  names, which moto suffixes at random, so no two deploys shared a syntax tree. Those names' suffixes are
+  now derived from the stack's name and the resource's logical id (a Lambda function or an SSM document:
+  regional, and deleted with their stack, so one name per stack and region is never held twice), and the
+  trees are kept per process: a worker parses this project's definition once per region.
+- Every EC2 backend (each region, at every reset) builds moto's list of the region's 1,100 ECS-optimized
+  images, each with a snapshot: 0.06 CPU-s a backend. The farm launches only what its SSM parameters name
+  (public_parameters.py): Amazon Linux 2023, from moto's latest-image lists, which stay, with its 44
+  generic images; the ECS list is left out.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sys
 import threading
@@ -41,6 +54,8 @@ from ._moto import Patches
 
 def install(patches: Patches) -> None:
     _parse_once(patches)
+    _stable_names(patches)
+    _images_the_farm_launches(patches)
     _tags_by_id(patches)
     _jsonpath_once(patches)
     _one_client_per_service(patches)
@@ -52,17 +67,47 @@ def _parse_once(patches: Patches) -> None:
     from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 
     parse = AmazonStateLanguageParser.parse
-    trees: dict[str, Any] = {}
 
     def parse_once(definition: str) -> tuple[Any, Any]:
-        tree = trees.get(definition)
+        tree = _TREES.get(definition)
         if tree is None:
             program, tree = parse(definition)  # a definition that fails to parse is not kept
-            trees[definition] = tree
+            _TREES[definition] = tree
             return program, tree
         return Preprocessor().visit(tree), tree
 
     patches.set(AmazonStateLanguageParser, "parse", staticmethod(parse_once))
+
+
+_TREES: dict[str, Any] = {}  # ASL definition -> ANTLR tree, for the process: a tree is only read once built
+STABLE_NAMES = ("AWS::Lambda::Function", "AWS::SSM::Document")  # what a state machine's definition names
+_SUFFIX = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # moto's random_suffix alphabet, and its 12 characters
+
+
+def _stable_names(patches: Patches) -> None:
+    from moto.cloudformation import parsing
+
+    generate = parsing.generate_resource_name
+
+    def generate_resource_name(resource_type: str, stack_name: str, logical_id: str) -> str:
+        if resource_type not in STABLE_NAMES:
+            return str(generate(resource_type, stack_name, logical_id))
+        digest = hashlib.sha256(f"{stack_name}/{logical_id}".encode()).digest()
+        return f"{stack_name}-{logical_id}-{''.join(_SUFFIX[b % len(_SUFFIX)] for b in digest[:12])}"
+
+    patches.set(parsing, "generate_resource_name", generate_resource_name)
+
+
+def _images_the_farm_launches(patches: Patches) -> None:
+    from moto.ec2.models import amis
+    from moto.utilities.utils import load_resource as load  # what amis.py imports by that name
+
+    def load_resource(package: str, resource: str) -> Any:
+        if "/ecs/optimized_amis/" in resource:  # AmiBackend._load_amis treats a missing list as none
+            raise FileNotFoundError(resource)
+        return load(package, resource)
+
+    patches.set(amis, "load_resource", load_resource)
 
 
 def _tags_by_id(patches: Patches) -> None:
