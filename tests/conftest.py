@@ -36,11 +36,22 @@ def _one_botocore_loader() -> None:
     """Every botocore session of a test process reads its data files (endpoints, service models) through one
     loader, which keeps what it read. moto's mock_aws drops boto3's default session at each start, and each
     new session read the endpoint data again: about a tenth of `make test`'s pytest-worker CPU under py-spy
-    (2026-11-29). The files are botocore's own and never written, so a kept copy reads the same."""
+    (2026-11-29). One loader per data path, as botocore's own clients of one session share theirs; a boto3
+    session adds its own data folder to the loader's search path once, not once per session."""
+    import boto3.session
     import botocore.session
 
-    if not hasattr(botocore.session.create_loader, "cache_info"):
-        botocore.session.create_loader = functools.cache(botocore.session.create_loader)
+    if hasattr(botocore.session.create_loader, "cache_info"):
+        return
+    botocore.session.create_loader = functools.cache(botocore.session.create_loader)
+
+    def setup_loader(self: boto3.session.Session) -> None:
+        self._loader = self._session.get_component("data_loader")
+        data = os.path.join(os.path.dirname(boto3.session.__file__), "data")
+        if data not in self._loader.search_paths:
+            self._loader.search_paths.append(data)
+
+    boto3.session.Session._setup_loader = setup_loader  # type: ignore[method-assign]
 
 
 # Measured seconds per test (tools/test_durations.py writes it from a JUnit report of a whole run).

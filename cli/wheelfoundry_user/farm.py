@@ -46,7 +46,7 @@ class Farm:
     region: str | None = None
     _clients: dict[str, Any] = field(default_factory=dict)
     _outputs: dict[str, str] | None = None
-    _session: Any = None
+    _session: Any = field(default=None, init=False, repr=False, compare=False)
 
     def client(self, service: str) -> Any:
         import boto3

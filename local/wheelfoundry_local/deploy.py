@@ -252,6 +252,7 @@ def deploy(
     backend = cfn_backend(region)
     moto_log = logging.getLogger("moto")
     level = moto_log.level
+    before = set(backend.stacks)  # stack ids: a failed create rolls back its own stack, not a live namesake
     try:
         # moto warns about each unsupported type; `skipped` reports them, once, with the reason.
         moto_log.setLevel(logging.ERROR)
@@ -259,8 +260,8 @@ def deploy(
             warnings.simplefilter("ignore", UserWarning)
             stack = backend.create_stack(name=stack_name, template=json.dumps(cfn), parameters=params)
     except Exception as exc:
-        for existing in list(backend.stacks.values()):
-            if existing.name == stack_name:
+        for stack_id, existing in list(backend.stacks.items()):
+            if existing.name == stack_name and stack_id not in before:
                 try:
                     backend.delete_stack(existing.stack_id)
                 except Exception as cleanup:  # rollback is best effort, like CloudFormation's

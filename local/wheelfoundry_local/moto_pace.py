@@ -31,13 +31,15 @@ Two more are every deploy's, measured with py-spy over `make test` (2026-11-29; 
 state), where they were about a fifth of the pytest workers' samples:
 - The ASL parse above, again at every deploy: the definition holds its functions' and documents' physical
   names, which moto suffixes at random, so no two deploys shared a syntax tree. Those names' suffixes are
-  now derived from the stack's name and the resource's logical id (a Lambda function or an SSM document:
-  regional, and deleted with their stack, so one name per stack and region is never held twice), and the
-  trees are kept per process: a worker parses this project's definition once per region.
+  now derived from the stack's name and the resource's logical id, for a Lambda function or an SSM document
+  that the template does not name and that is deleted with its stack (both are regional: one stack of a
+  name per region holds them), and the trees are kept per process: a worker's tests, each in an emptied
+  account, parse this project's definition once per region.
 - Every EC2 backend (each region, at every reset) builds moto's list of the region's 1,100 ECS-optimized
   images, each with a snapshot: 0.06 CPU-s a backend. The farm launches only what its SSM parameters name
   (public_parameters.py): Amazon Linux 2023, from moto's latest-image lists, which stay, with its 44
-  generic images; the ECS list is left out.
+  generic images; the ECS list is left out. (moto's SSM still lists the ECS-optimized images' parameters;
+  RunInstances does not check an image exists.)
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def _parse_once(patches: Patches) -> None:
         if tree is None:
             program, tree = parse(definition)  # a definition that fails to parse is not kept
             _TREES[definition] = tree
+            while len(_TREES) > KEPT_TREES:  # the oldest first (dicts keep insertion order)
+                _TREES.pop(next(iter(_TREES)), None)
             return program, tree
         return Preprocessor().visit(tree), tree
 
@@ -80,6 +84,7 @@ def _parse_once(patches: Patches) -> None:
 
 
 _TREES: dict[str, Any] = {}  # ASL definition -> ANTLR tree, for the process: a tree is only read once built
+KEPT_TREES = 64  # a tree holds its parser and tokens: a few MB each; a worker's tests deploy a handful
 STABLE_NAMES = ("AWS::Lambda::Function", "AWS::SSM::Document")  # what a state machine's definition names
 _SUFFIX = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # moto's random_suffix alphabet, and its 12 characters
 
@@ -87,15 +92,20 @@ _SUFFIX = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # moto's random_suffix alphabe
 def _stable_names(patches: Patches) -> None:
     from moto.cloudformation import parsing
 
-    generate = parsing.generate_resource_name
+    original = parsing.parse_resource_and_generate_name
 
-    def generate_resource_name(resource_type: str, stack_name: str, logical_id: str) -> str:
-        if resource_type not in STABLE_NAMES:
-            return str(generate(resource_type, stack_name, logical_id))
-        digest = hashlib.sha256(f"{stack_name}/{logical_id}".encode()).digest()
-        return f"{stack_name}-{logical_id}-{''.join(_SUFFIX[b % len(_SUFFIX)] for b in digest[:12])}"
+    def parse_resource_and_generate_name(logical_id: str, resource_json: dict[str, Any], resources_map: Any) -> Any:
+        parsed = original(logical_id, resource_json, resources_map)
+        kind = resource_json.get("Type")
+        if not parsed or kind not in STABLE_NAMES or resource_json.get("DeletionPolicy", "Delete") != "Delete":
+            return parsed  # a retained one may outlive its stack: the next stack of that name gets a new name
+        if parsing.resource_name_property_from_type(kind) in (resource_json.get("Properties") or {}):
+            return parsed  # named by the template
+        digest = hashlib.sha256(f"{resources_map['AWS::StackName']}/{logical_id}".encode()).digest()
+        suffix = "".join(_SUFFIX[b % len(_SUFFIX)] for b in digest[:12])
+        return parsed[0], parsed[1], f"{resources_map['AWS::StackName']}-{logical_id}-{suffix}"
 
-    patches.set(parsing, "generate_resource_name", generate_resource_name)
+    patches.set(parsing, "parse_resource_and_generate_name", parse_resource_and_generate_name)
 
 
 def _images_the_farm_launches(patches: Patches) -> None:

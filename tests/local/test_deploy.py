@@ -92,6 +92,15 @@ def test_failing_custom_resource_fails_and_rolls_back(aws: EmbeddedAws, tmp_path
     assert [s["StackStatus"] for s in stacks] == ["DELETE_COMPLETE"]
 
 
+def test_a_second_stack_of_a_live_stacks_name_fails_and_leaves_the_live_one(
+    aws: EmbeddedAws, stack: DeployedStack
+) -> None:
+    with pytest.raises(DeployError, match=f"Stack {stack.name} failed to create"):
+        aws.deploy(TEMPLATE)  # the same name: CloudFormation refuses it, and the rollback is only its own
+    (live,) = aws.client("cloudformation").describe_stacks(StackName=stack.name)["Stacks"]
+    assert (live["StackId"], live["StackStatus"]) == (stack.stack_id, "CREATE_COMPLETE")
+
+
 def test_scheduler_schedule_from_the_template(aws: EmbeddedAws, stack: DeployedStack) -> None:
     scheduler = aws.client("scheduler")
     nightly = scheduler.get_schedule(Name=stack.schedule_name("Nightly"))

@@ -39,6 +39,35 @@ def test_a_redeployed_stack_names_its_functions_as_before_and_its_definition_is_
     assert buckets and all(first.resources[b] != second.resources[b] for b in buckets), buckets
 
 
+DOCUMENTS = """AWSTemplateFormatVersion: "2010-09-09"
+Resources:
+  Kept:
+    Type: AWS::SSM::Document
+    DeletionPolicy: Retain
+    Properties: {DocumentType: Command, Content: {schemaVersion: "2.2", mainSteps: []}}
+  Gone:
+    Type: AWS::SSM::Document
+    Properties: {DocumentType: Command, Content: {schemaVersion: "2.2", mainSteps: []}}
+"""
+
+
+def test_a_retained_document_leaves_its_name_to_it_and_the_next_stack_of_that_name_gets_another(
+    aws: EmbeddedAws, tmp_path: Path
+) -> None:
+    template = tmp_path / "documents.yaml"
+    template.write_text(DOCUMENTS)
+    first = aws.deploy(template, stack_name="docs")
+    aws.client("cloudformation").delete_stack(StackName="docs")
+    second = aws.deploy(template, stack_name="docs")  # the retained document still holds its name
+    assert first.resources["Gone"] == second.resources["Gone"]
+    assert first.resources["Kept"] != second.resources["Kept"]
+    names = {
+        d["Name"]
+        for d in aws.client("ssm").list_documents(Filters=[{"Key": "Owner", "Values": ["Self"]}])["DocumentIdentifiers"]
+    }
+    assert {first.resources["Kept"], second.resources["Kept"], second.resources["Gone"]} <= names
+
+
 def test_the_images_the_farm_launches_from_are_there_and_the_ecs_list_is_not(aws: EmbeddedAws) -> None:
     ssm, ec2 = aws.client("ssm"), aws.client("ec2")
     for arch in ("x86_64", "arm64"):
@@ -72,4 +101,9 @@ def test_every_botocore_session_of_a_test_process_reads_its_data_through_one_loa
     import botocore.session
 
     one, two = botocore.session.Session(), botocore.session.Session()
-    assert one.get_component("data_loader") is two.get_component("data_loader")  # tests/conftest.py
+    loader = one.get_component("data_loader")
+    assert loader is two.get_component("data_loader")  # tests/conftest.py
+    boto3.session.Session()
+    paths = list(loader.search_paths)
+    boto3.session.Session(), boto3.session.Session()
+    assert loader.search_paths == paths, "each boto3 session added its data folder again"
