@@ -263,7 +263,7 @@ def deploy(
         for stack_id, existing in list(backend.stacks.items()):
             if existing.name == stack_name and stack_id not in before:
                 try:
-                    backend.delete_stack(existing.stack_id)
+                    backend.delete_stack(stack_id)
                 except Exception as cleanup:  # rollback is best effort, like CloudFormation's
                     exc.add_note(f"rollback failed: {cleanup!r}")
         raise DeployError(f"Stack {stack_name} failed to create: {exc}") from exc

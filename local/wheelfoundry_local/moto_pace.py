@@ -101,9 +101,10 @@ def _stable_names(patches: Patches) -> None:
             return parsed  # a retained one may outlive its stack: the next stack of that name gets a new name
         if parsing.resource_name_property_from_type(kind) in (resource_json.get("Properties") or {}):
             return parsed  # named by the template
-        digest = hashlib.sha256(f"{resources_map['AWS::StackName']}/{logical_id}".encode()).digest()
+        stack = resources_map["AWS::StackName"]
+        digest = hashlib.sha256(f"{stack}/{logical_id}".encode()).digest()
         suffix = "".join(_SUFFIX[b % len(_SUFFIX)] for b in digest[:12])
-        return parsed[0], parsed[1], f"{resources_map['AWS::StackName']}-{logical_id}-{suffix}"
+        return parsed[0], parsed[1], f"{stack}-{logical_id}-{suffix}"
 
     patches.set(parsing, "parse_resource_and_generate_name", parse_resource_and_generate_name)
 
