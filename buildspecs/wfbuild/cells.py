@@ -8,7 +8,7 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from wfbuild import compiler_cache, container, hostinfo, parallelism
+from wfbuild import compiler_cache, compiler_memory, container, hostinfo, parallelism
 from wfbuild.stages import Stage
 
 if TYPE_CHECKING:
@@ -60,12 +60,30 @@ def cell_slots(job: Job, cells: int) -> parallelism.CellSlots:
     )
 
 
-def gib_per_compiler(job: Job) -> tuple[float, float]:
-    """Memory a compile job and each further nvcc thread is planned at: the plan's figures (the source's
-    recorded peak per unit, or the model: wheelfoundry.walltime), or an earlier attempt's peak if larger."""
+def planned_gib(job: Job) -> tuple[float, float]:
+    """The plan's memory of a compile job and of each further nvcc thread (the source's recorded peak per
+    unit, or the model: wheelfoundry.walltime)."""
     env = job.job.get("env", {})
-    planned = float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0), float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0)
+    return float(env.get("WF_GIB_PER_COMPILE_JOB") or 2.0), float(env.get("WF_GIB_PER_NVCC_THREAD") or 1.0)
+
+
+def gib_per_compiler(job: Job) -> tuple[float, float]:
+    """Memory a compile job and each further nvcc thread is planned at: the plan's figures, or what the same
+    rule gives an earlier attempt's peak, if larger (wfbuild.compile_memory)."""
+    planned = planned_gib(job)
     return job.memory.gib_per_compiler(planned[0]), job.memory.gib_per_compiler(planned[1])
+
+
+def memory_held(job: Job) -> tuple[str, dict[str, float | str]]:
+    """The cells' line's memory part and the manifest's record of it: one figure per compiler, whose it is
+    (the plan's, or an earlier attempt's peak by the plan's rule), so the log, the manifest and ``status``
+    print what the plan would (wfbuild.compiler_memory)."""
+    per_job = gib_per_compiler(job)[0]
+    fit = int(spare_gib(job) // per_job)
+    at_once = f", {fit} at once" if fit < hostinfo.cores() else ""
+    words = f"; memory: {max(0.0, spare_gib(job)):.1f} GiB for compilers at {compiler_memory.words(per_job)} each"
+    whose = "earlier attempt" if per_job > planned_gib(job)[0] else "plan"
+    return words + at_once, {"gib_per_compiler": per_job, "gib_per_compiler_from": whose}
 
 
 def nvcc_env(job: Job, env: Mapping[str, str], extra: Mapping[str, str], cached: bool) -> dict[str, str]:
@@ -88,11 +106,7 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
     alone = f" ({slots.alone} for a .cu file compiling alone without ninja)" if slots.alone > slots.threads else ""
     within = f"the compiler cache's pool keeps the compilers at once within the {hostinfo.cores()} cores"
     pooled = f" ({within})" if slots.unpooled else ""  # unpooled 0: no pool (cell_slots)
-    per_job = gib_per_compiler(job)[0]
-    fit = int(spare_gib(job) // per_job)
-    held = f"; memory: {max(0.0, spare_gib(job)):.1f} GiB for compilers at {per_job:g} GiB each" + (
-        f", {fit} at once" if fit < hostinfo.cores() else ""
-    )
+    held, memory = memory_held(job)
     job.log.note(f"{len(groups)} cell(s), {slots.cells} at a time, {each}{alone}{pooled}{held}")
     job.parallelism = {
         "cells_at_once": slots.cells,
@@ -100,6 +114,7 @@ def run_cells(job: Job, pairs: list[tuple[Stage, Stage]], image: str, fatal_fail
         "nvcc_threads": slots.threads,
         "nvcc_threads_alone": slots.alone,
         "nvcc_threads_pooled": bool(slots.unpooled),
+        **memory,
     }
     extra = {"MAX_JOBS": str(slots.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(slots.jobs)}
     extra["WF_CELLS_AT_ONCE"] = str(slots.cells)  # an OOM's explanation: the cell's share of the memory

@@ -22,12 +22,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wfbuild import hostinfo, memwatch, oom
+from wfbuild import compiler_memory, hostinfo, memwatch, oom
 
 if TYPE_CHECKING:
     from wfbuild.runner import Job
 
-HEADROOM = 1.2  # a compiler is planned at its unit's recorded peak times this
 VERDICT = "OUT OF MEMORY"
 MEMORY_RECORD = "compile memory record:"  # one JSON line per compile stage in build.log
 
@@ -64,8 +63,15 @@ class CompileMemory:
         return int(min(max(peak, 0), 1 << 20)) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else 0
 
     def gib_per_compiler(self, planned: float) -> float:
-        """Memory to plan each compiler at: the plan's figure, or an earlier attempt's peak if larger."""
-        return max(planned, self.earlier_peak_mib * HEADROOM / 1024)
+        """Memory to plan each compiler at: the plan's figure, or, if larger, the figure a plan would give the
+        earlier attempt's peak (wfbuild.compiler_memory: one rule, so the log and the plan print one figure)."""
+        return max(planned, self.earlier_gib()) if self.earlier_peak_mib else planned
+
+    def earlier_gib(self) -> float:
+        """An earlier attempt's peak as a plan's memory per compiler (0.0: no earlier attempt)."""
+        if not self.earlier_peak_mib:
+            return 0.0
+        return compiler_memory.gib_per_compiler(compiler_memory.recorded_gib(self.earlier_peak_mib))
 
     def env(self, stage: str) -> dict[str, str]:
         """The stage's marker for the memory watch; each attempt of a stage (a retry) is measured apart."""
@@ -114,7 +120,8 @@ class CompileMemory:
         threads = max(1, int(extra.get("WF_NVCC_THREADS") or 1))
         at_once = jobs * threads  # what the cell was given (its nvcc steps may have run a few more)
         budget = self.budget_gib(extra)
-        fits = math.floor(budget * 1024 / (found.peak_mib * HEADROOM)) if found.peak_mib else at_once
+        each = compiler_memory.gib_per_compiler(compiler_memory.recorded_gib(found.peak_mib))
+        fits = math.floor(budget / each) if found.peak_mib else at_once
         fewer = max(1, min(at_once // 2, fits)) if at_once > 1 else 0
         where = f"cell {cell}" if cell else f"stage {stage}"
         # What a reader needs first (the CLI shows 300 characters): the unit, its peak, the instance, the remedy

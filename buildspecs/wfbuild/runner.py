@@ -91,7 +91,7 @@ class Job:
         self.builder: dict[str, Any] = {"mode": self.mode}  # the provenance's builder image (manifest "builder")
         self.sources: dict[str, Any] = {}  # read right after each fetch/checkout, before any build code ran
         self._names = itertools.count()
-        self.parallelism: dict[str, int] = {}  # how the cells shared the host (manifest "parallelism")
+        self.parallelism: dict[str, int | float | str] = {}  # how the cells shared the host (manifest "parallelism")
         self.memory = compile_memory.CompileMemory(self)  # compilers' memory, OOM kills and their retries
 
     def start_credentials(self) -> None:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from wheelfoundry import compiler_memory
 from wheelfoundry_user import archs
 from wheelfoundry_user.failures import JobFailure, execution_failure, run_failures
 from wheelfoundry_user.farm import Farm
@@ -128,6 +129,7 @@ def job_row(
         "detail": detail,
         "gpu_test": verdict,  # None: no GPU test asked (or not recorded yet)
         "compiler_cache": cache,  # None: no manifest yet, or a build without the stack's cache
+        "compiler_memory": memory_cell(manifest),  # memory each compiler was planned at, as the log said it
         "compile_usage": manifest.get("compile_usage"),  # CPU and wall seconds of the compile stages, cores busy
         "device_code": manifest.get("device_code"),  # per CUDA cell: what its build holds (wheelfoundry_user.archs)
     }
@@ -162,6 +164,18 @@ def cache_cell(manifest: dict[str, Any]) -> str | None:
     looked = int(stats.get("hits", 0)) + int(stats.get("misses", 0))
     rate = stats.get("hit_rate")
     return f"{stats.get('hits', 0)}/{looked}" + ("" if rate is None else f" ({float(rate):.0%})")
+
+
+def memory_cell(manifest: dict[str, Any]) -> str | None:
+    """The memory each compiler was planned at and whose figure it was, in the runner's log's words
+    (wheelfoundry.compiler_memory), or None: no build recorded it."""
+    shared = manifest.get("parallelism")
+    if not isinstance(shared, dict):
+        return None
+    gib = shared.get("gib_per_compiler")
+    if not isinstance(gib, int | float) or isinstance(gib, bool):
+        return None
+    return f"{compiler_memory.words(float(gib))} ({shared.get('gib_per_compiler_from') or 'plan'})"
 
 
 def _is_gpu(instance: dict[str, Any]) -> bool:
@@ -261,6 +275,9 @@ def render_status(status: dict[str, Any]) -> str:
             cells = [busy_cell(j.get("compile_usage")) or "-" for j in jobs]
             rows = [(*row[:-1], cell, row[-1]) for row, cell in zip(rows, cells, strict=True)]
             headers = (*headers[:-1], "CORES BUSY", headers[-1])
+        if any(j.get("compiler_memory") for j in jobs):  # an earlier attempt's peak: a relaunch sized by it
+            rows = [(*row[:-1], j.get("compiler_memory") or "-", row[-1]) for row, j in zip(rows, jobs, strict=True)]
+            headers = (*headers[:-1], "MEMORY/COMPILER", headers[-1])
         lines.append(table(headers, rows))
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")

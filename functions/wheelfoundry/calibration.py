@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from wheelfoundry import compiler_memory
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.source_profile import SourceProfile
 from wheelfoundry.walltime import CellCost
@@ -150,7 +151,7 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
         record["serial_hours"] = round(serial / 3600, 5)
         peaks = [_peak_mib(s) for s in mine if str(s.get("name", "")).startswith("build-")]
         if any(p is not None for p in peaks):  # every attempt's (an OOM-killed one's too): the largest
-            record["peak_gib"] = round(max(p for p in peaks if p is not None) / 1024, 3)
+            record["peak_gib"] = compiler_memory.recorded_gib(max(p for p in peaks if p is not None))
         sizes = [w.get("size") for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
         if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             record["wheel_bytes"] = max(sizes)

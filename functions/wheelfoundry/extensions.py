@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry import buildenv, exclusions, walltime, wheel_size
+from wheelfoundry import buildenv, compiler_memory, exclusions, walltime, wheel_size
 from wheelfoundry.calibration import cell_cost
 from wheelfoundry.catalog import Catalog
 from wheelfoundry.config import FarmConfig, InstanceType
@@ -168,7 +168,7 @@ def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
     busy = walltime.cores_busy(machine, [size], [slots])
     later = "" if cost.recorded else "; not measured yet: a run records what its cells use, the next plan sizes by it"
     per_job = cost.gib_per_compiler(cuda, config)[0]
-    memory = f"; memory {per_job:g} GiB a compiler ({cost.memory_source})"
+    memory = f"; memory {compiler_memory.words(per_job)} a compiler ({cost.memory_source})"
     wheel = f"; a cell wheel ~{cost.wheel_bytes / 1e6:.3g} MB (recorded)" if cost.wheel_bytes is not None else ""
     return (
         f"{job.id}: {size} cell(s) {where}, {slots.cells} at a time, MAX_JOBS {slots.jobs}{threads}; "

@@ -21,10 +21,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from wheelfoundry import compiler_memory
 from wheelfoundry.config import FarmConfig, InstanceType
 
 MAX_NVCC_THREADS = 8  # past this, one nvcc call's host-side steps dominate
-PEAK_HEADROOM = 1.2  # a compiler is planned at its source's recorded peak times this (the runner's too)
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class CellCost:
         """Memory of one compile job and of each further nvcc thread: a recorded peak with headroom (each
         thread runs another cicc/ptxas of about the same size), else the model (config.toml [defaults])."""
         if self.peak_gib is not None:
-            each = round(max(0.25, self.peak_gib * PEAK_HEADROOM), 2)
+            each = compiler_memory.gib_per_compiler(self.peak_gib)
             return each, each
         return config.gib_per_compile_job["cuda" if cuda else "cpu"], config.gib_per_nvcc_thread
 
@@ -68,7 +68,7 @@ class CellCost:
     def memory_source(self) -> str:
         if self.peak_gib is None:
             return "the model's: no run of this source has measured it yet"
-        return f"{self.peak_gib:g} GiB, the largest compiler a recorded run of this source ran"
+        return f"{compiler_memory.words(self.peak_gib)}, the largest compiler a recorded run of this source ran"
 
 
 @dataclass(frozen=True)
