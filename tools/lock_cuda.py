@@ -2,12 +2,16 @@
 
     python tools/lock_cuda.py check                                   # every catalog toolkit x platform locked?
     python tools/lock_cuda.py wheels 13.0 [--platform aarch64]        # the wheel part, from PyPI's sha256
+    python tools/lock_cuda.py wheels 13.2 [--torch 2.15.0] [--requirement LINE]  # a CUDA the catalog lacks
     python tools/lock_cuda.py redist 12.4 --manifest FILE --pinned-by SRC [--pinned-by SRC] [--copy SRC]
 
-`wheels` resolves every nvidia-* requirement the catalog pins for that toolkit (its own list and each
-release's cuda_build list; ``cuda-toolkit[extras]==V`` through that metapackage's Requires-Dist) to one
-file per platform, with the sha256 PyPI publishes for it (the simple API's JSON form), and, for CUDA 13,
-the compiler as NVIDIA's ``cuda-toolkit`` metapackage of the catalog's toolkit release names it.
+`wheels` resolves (wheelfoundry.toolkit_lock, which the watcher shares) every nvidia-* requirement the
+catalog pins for that toolkit (its own list and each release's cuda_build list; ``cuda-toolkit[extras]==V``
+through that metapackage's Requires-Dist), the lines given (``--torch``: what PyPI's torch wheel of that
+version pins), to one file per platform with the sha256 PyPI publishes for it (the simple API's JSON form),
+and, for CUDA 13+, the compiler as NVIDIA's ``cuda-toolkit`` metapackage of the toolkit release names it.
+The release is the catalog's ``toolkit``; where the catalog has none (a CUDA newer than it), the one the
+lines pin, else PyPI's newest X.Y.*; with no line at all, the metapackage's library extras are locked.
 `redist` takes the compiler and core of CUDA 11/12 from NVIDIA's redistrib_<release>.json: the file
 given must hash to the sha256 that public build code pins for it (``--sha256``; the sources go into the
 lock), then each component archive's sha256 comes from that manifest. Every downloaded byte is pinned:
@@ -18,20 +22,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
-import re
 import sys
 import tomllib
+import urllib.error
 import urllib.request
-import zipfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,134 +40,32 @@ sys.path.insert(0, str(ROOT / "buildspecs/images/scripts"))
 
 from install_cuda import is_toolkit_requirement  # type: ignore[import-not-found]  # noqa: E402
 
+from wheelfoundry import toolkit_lock  # noqa: E402
 from wheelfoundry.catalog import Catalog, load_catalog  # noqa: E402
+from wheelfoundry.toolkit_lock import SimpleIndex, ToolkitLockError  # noqa: E402
 
-SIMPLE = "https://pypi.org/simple/{}/"
 REDIST = "https://developer.download.nvidia.com/compute/cuda/redist/"
-# The compiler and core of a CUDA 13 toolkit: the cuda-toolkit metapackage's extras (PyPI).
-COMPILER_EXTRAS = ("nvcc", "nvvm", "crt", "cccl", "cudart", "culibos", "profiler", "nvml", "cupti", "nvtx", "nvrtc")
-# The same from a CUDA 11/12 redist manifest (the libraries come from the nvidia-* wheels).
+# The compiler and core of a CUDA 11/12 redist manifest (the libraries come from the nvidia-* wheels).
 COMPILER_COMPONENTS = (
     "cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_nvml_dev", "cuda_profiler_api", "cuda_nvrtc",
     "cuda_cupti", "cuda_nvtx", "libnvjitlink", "cuda_crt", "libnvvm",
 )  # fmt: skip
 REDIST_PLATFORMS = {"x86_64": "linux-x86_64", "aarch64": "linux-sbsa"}
-MAX_GLIBC = (2, 28)  # the builder base (manylinux_2_28)
-Fetch = Callable[[str, dict[str, str]], bytes]
 
 
-def fetch(url: str, headers: dict[str, str]) -> bytes:
+def fetch(url: str, headers: Mapping[str, str]) -> bytes:
     if not url.startswith("https://"):
         raise ValueError(f"refusing a non-https URL: {url}")
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120) as response:  # noqa: S310
+    request = urllib.request.Request(url, headers=dict(headers))  # noqa: S310  (https only, checked above)
+    with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
         body: bytes = response.read()
     return body
 
 
-@dataclass(frozen=True)
-class Wheel:
-    name: str
-    version: str
-    file: str
-    sha256: str
-    url: str
-    part: str = "library"
-
-    @property
-    def pin(self) -> str:
-        return f"{self.name}=={self.version}"
-
-
-class PyPI:
-    """PyPI's simple API (JSON form): each file's name, URL and published sha256; PEP 658 metadata."""
-
-    def __init__(self, get: Fetch = fetch) -> None:
-        self.get = get
-        self._files: dict[str, list[dict[str, Any]]] = {}
-
-    def files(self, name: str) -> list[dict[str, Any]]:
-        key = canonicalize_name(name)
-        if key not in self._files:
-            body = self.get(SIMPLE.format(key), {"Accept": "application/vnd.pypi.simple.v1+json"})
-            self._files[key] = json.loads(body)["files"]
-        return self._files[key]
-
-    def metadata(self, file: dict[str, Any]) -> str:
-        """The file's METADATA: its PEP 658 copy where PyPI has one, else read from the wheel itself."""
-        if file.get("core-metadata") or file.get("data-dist-info-metadata"):
-            return self.get(file["url"] + ".metadata", {}).decode()
-        body = self.get(file["url"], {})
-        if hashlib.sha256(body).hexdigest() != file["hashes"]["sha256"]:
-            raise ValueError(f"{file['filename']}: not the bytes PyPI lists")
-        with zipfile.ZipFile(io.BytesIO(body)) as wheel:
-            name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
-            return wheel.read(name).decode()
-
-
-def _glibc(platform_tag: str, arch: str) -> tuple[int, int] | None:
-    legacy = {f"manylinux1_{arch}": (2, 5), f"manylinux2010_{arch}": (2, 12), f"manylinux2014_{arch}": (2, 17)}
-    if platform_tag in legacy:
-        return legacy[platform_tag]
-    match = re.fullmatch(rf"manylinux_(\d+)_(\d+)_{arch}", platform_tag)
-    return (int(match[1]), int(match[2])) if match else None
-
-
-def pick_file(pypi: PyPI, name: str, spec: str, arch: str) -> Wheel | None:
-    """The newest version matching ``spec`` with a manylinux (glibc <= 2.28) wheel for ``arch``."""
-    requirement = Requirement(f"{name}{spec}")
-    best: tuple[Version, tuple[int, int], dict[str, Any]] | None = None
-    for file in pypi.files(name):
-        if not file["filename"].endswith(".whl") or file.get("yanked"):
-            continue
-        _, version, _, tags = parse_wheel_filename(file["filename"])
-        if not requirement.specifier.contains(version, prereleases=True):
-            continue
-        glibcs = [g for t in tags if (g := _glibc(t.platform, arch)) and g <= MAX_GLIBC]
-        if glibcs and (best is None or (version, max(glibcs)) > best[:2]):
-            best = (version, max(glibcs), file)
-    if best is None:
-        return None
-    file = best[2]
-    return Wheel(str(canonicalize_name(name)), str(best[0]), file["filename"], file["hashes"]["sha256"], file["url"])
-
-
-def expand(pypi: PyPI, line: str, arch: str) -> tuple[list[Wheel], str | None]:
-    """The wheels one requirement line stands for on ``arch`` (or why it cannot be locked)."""
-    req = Requirement(line.split(";", 1)[0])
-    if canonicalize_name(req.name) != "cuda-toolkit":
-        wheel = pick_file(pypi, req.name, str(req.specifier), arch)
-        return ([wheel], None) if wheel else ([], f"{line}: no manylinux {arch} wheel on PyPI")
-    meta = pick_meta(pypi, str(req.specifier))
-    wheels: list[Wheel] = []
-    for dep in (Requirement(v) for k, v in _headers(meta) if k == "Requires-Dist"):
-        extras = {e for e in req.extras if dep.marker and dep.marker.evaluate({"extra": e, "sys_platform": "linux"})}
-        if not extras:
-            continue
-        wheel = pick_file(pypi, dep.name, str(dep.specifier), arch)
-        if wheel is None:
-            return [], f"{line}: {dep.name}{dep.specifier} has no manylinux {arch} wheel on PyPI"
-        wheels.append(wheel)
-    return wheels, None
-
-
-def pick_meta(pypi: PyPI, spec: str) -> str:
-    for file in pypi.files("cuda-toolkit"):
-        if file["filename"].endswith(".whl") and Requirement(f"cuda-toolkit{spec}").specifier.contains(
-            parse_wheel_filename(file["filename"])[1], prereleases=True
-        ):
-            return pypi.metadata(file)
-    raise ValueError(f"no cuda-toolkit{spec} on PyPI")
-
-
-def _headers(meta: str) -> Iterable[tuple[str, str]]:
-    for line in meta.split("\n\n", 1)[0].splitlines():
-        key, _, value = line.partition(": ")
-        yield key, value
-
-
 def catalog_lines(catalog: Catalog, cuda: str) -> list[str]:
     """Every toolkit requirement the catalog pins for ``cuda``: the toolkit's own and each release's."""
-    lines = list(catalog.cuda[cuda].requirements)
+    toolkit = catalog.cuda.get(cuda)
+    lines = list(toolkit.requirements) if toolkit else []
     for release in catalog.releases:
         build = release.cuda_build.get(cuda)
         if build and build.requirements:
@@ -176,27 +73,31 @@ def catalog_lines(catalog: Catalog, cuda: str) -> list[str]:
     return sorted({line for line in lines if is_toolkit_requirement(line)})
 
 
+def torch_requirement_lines(index: SimpleIndex, versions: list[str], cuda: str, arch: str) -> list[str]:
+    """The toolkit lines PyPI's torch ``versions`` pin (each must be a CUDA ``cuda`` build for Linux ``arch``)."""
+    lines: list[str] = []
+    for version in versions:
+        files = [
+            f for f in index.files("torch")
+            if f["filename"].startswith(f"torch-{version}-") and f["filename"].endswith(f"_{arch}.whl")
+        ]  # fmt: skip
+        if not files:
+            raise ToolkitLockError(f"--torch: {version} has no Linux {arch} wheel on PyPI")
+        found = toolkit_lock.torch_lines(index.metadata(files[-1]), cuda)
+        if not found:
+            raise ToolkitLockError(f"--torch: PyPI's torch {version} for {arch} is not a CUDA {cuda} build")
+        lines += found
+    return lines
+
+
 def lock_wheels(
-    catalog: Catalog, cuda: str, arch: str, pypi: PyPI
-) -> tuple[list[Wheel], dict[str, list[str]], dict[str, str]]:
-    """(wheels, requirement line -> pins, requirement line -> why unavailable on arch)."""
-    wheels: dict[str, Wheel] = {}
-    table, unavailable = {}, {}
-    release = catalog.cuda[cuda].toolkit
-    if Version(release).major >= 13:
-        compiler, why = expand(pypi, f"cuda-toolkit[{','.join(COMPILER_EXTRAS)}]=={release}", arch)
-        if why:
-            raise ValueError(why)
-        wheels |= {w.pin: Wheel(**{**w.__dict__, "part": "compiler"}) for w in compiler}
-    for line in catalog_lines(catalog, cuda):
-        found, why = expand(pypi, line, arch)
-        if why:
-            unavailable[line] = why
-            continue
-        table[line] = sorted({w.pin for w in found})
-        for wheel in found:
-            wheels.setdefault(wheel.pin, wheel)
-    return sorted(wheels.values(), key=lambda w: w.pin), table, unavailable
+    catalog: Catalog, cuda: str, arch: str, pypi: SimpleIndex, extra: list[str] | None = None
+) -> toolkit_lock.Resolution:
+    """Resolve ``cuda`` for ``arch``: the catalog's release and lines where it has them, else PyPI's newest
+    release of that CUDA and its library extras (plus ``extra`` lines, e.g. a torch wheel's pins)."""
+    toolkit = catalog.cuda.get(cuda)
+    release = toolkit.toolkit if toolkit and toolkit.toolkit else None
+    return toolkit_lock.resolve(pypi, cuda, arch, [*catalog_lines(catalog, cuda), *(extra or [])], release)
 
 
 def redist_archives(manifest: bytes, arch: str, name: str) -> tuple[str, list[dict[str, Any]]]:
@@ -261,11 +162,14 @@ def write(lock: dict[str, Any]) -> Path:
     return path
 
 
-def cmd_wheels(catalog: Catalog, cuda: str, arch: str, pypi: PyPI) -> Path:
-    wheels, table, unavailable = lock_wheels(catalog, cuda, arch, pypi)
+def cmd_wheels(catalog: Catalog, cuda: str, arch: str, pypi: SimpleIndex, extra: list[str] | None = None) -> Path:
+    found = lock_wheels(catalog, cuda, arch, pypi, extra)
     lock = read(cuda, arch) or {"cuda": cuda, "platform": arch}
-    lock |= {"release": catalog.cuda[cuda].toolkit, "requirements": table, "unavailable": unavailable}
-    lock["wheel"] = [w.__dict__ for w in wheels]
+    if lock.get("archive") and lock.get("release") != found.release:
+        raise ToolkitLockError(f"release: {found.release}, but the lock's redist archives are {lock['release']}")
+    table = {k: list(v) for k, v in found.requirements.items()}
+    lock |= {"release": found.release, "requirements": table, "unavailable": dict(found.unavailable)}
+    lock["wheel"] = [w.__dict__ for w in found.wheels]
     return write(lock)
 
 
@@ -275,13 +179,16 @@ def cmd_redist(
     body = manifest.read_bytes()
     actual = hashlib.sha256(body).hexdigest()
     if actual != pin:
-        raise ValueError(f"{manifest}: sha256 {actual} is not the pinned {pin}: not NVIDIA's manifest")
+        raise ToolkitLockError(f"{manifest}: sha256 {actual} is not the pinned {pin}: not NVIDIA's manifest")
     release, archives = redist_archives(body, arch, manifest.name)
-    if release != catalog.cuda[cuda].toolkit:
-        raise ValueError(
-            f"{manifest.name} is CUDA {release}; the catalog builds {cuda} with {catalog.cuda[cuda].toolkit}"
-        )
     lock = read(cuda, arch) or {"cuda": cuda, "platform": arch, "release": release}
+    # The catalog's toolkit release where it names one, else the one `wheels` locked, else any CUDA ``cuda``.
+    toolkit = catalog.cuda.get(cuda)
+    expected = (toolkit.toolkit if toolkit else "") or lock.get("release", "")
+    if release != expected if expected else not release.startswith(f"{cuda}."):
+        raise ToolkitLockError(
+            f"{manifest.name} is CUDA {release}; CUDA {cuda} is locked with {expected or cuda + '.x'}"
+        )
     lock["redist"] = {
         "url": REDIST,
         "manifest": manifest.name,
@@ -323,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     wheels = sub.add_parser("wheels")
     wheels.add_argument("cuda")
     wheels.add_argument("--platform", default="x86_64", choices=sorted(REDIST_PLATFORMS))
+    wheels.add_argument("--torch", action="append", default=[], help="also lock what PyPI's torch VERSION pins")
+    wheels.add_argument("--requirement", action="append", default=[], help="also lock this requirement line")
     redist = sub.add_parser("redist")
     redist.add_argument("cuda")
     redist.add_argument("--platform", default="x86_64", choices=sorted(REDIST_PLATFORMS))
@@ -337,11 +246,17 @@ def main(argv: list[str] | None = None) -> int:
         found = problems(catalog)
         print("\n".join(found) or "every catalog CUDA toolkit is locked for every platform it offers")
         return 1 if found else 0
-    if args.command == "wheels":
-        print(cmd_wheels(catalog, args.cuda, args.platform, PyPI()))
-    else:
-        a = args
-        print(cmd_redist(catalog, a.cuda, a.platform, a.manifest, a.sha256, a.pinned_by, a.copy, a.note))
+    try:
+        if args.command == "wheels":
+            pypi = SimpleIndex(fetch)
+            extra = [*args.requirement, *torch_requirement_lines(pypi, args.torch, args.cuda, args.platform)]
+            print(cmd_wheels(catalog, args.cuda, args.platform, pypi, extra))
+        else:
+            a = args
+            print(cmd_redist(catalog, a.cuda, a.platform, a.manifest, a.sha256, a.pinned_by, a.copy, a.note))
+    except (ToolkitLockError, urllib.error.URLError) as exc:
+        print(f"lock_cuda: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
