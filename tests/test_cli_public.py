@@ -74,7 +74,7 @@ def tamper(aws: EmbeddedAws, stack: DeployedStack) -> None:  # noqa: F811
     key = f"wheels/ci/wf-tiny-ext/{WHEEL}"
     s3.put_object(Bucket=bucket, Key=key, Body=evil, Metadata={"sha256": hashlib.sha256(evil).hexdigest()})
     publish_index(s3, bucket, "ci")
-    for invalidated in ("/simple/ci/wf-tiny-ext/index.html", f"/{key.replace('+', '%2B')}"):
+    for invalidated in ("/simple/ci/*", f"/{key.replace('+', '%2B')}"):  # the pages as PublishIndex would
         aws.client("cloudfront").create_invalidation(
             DistributionId=stack.resources["EdgeDistribution"],
             InvalidationBatch={"Paths": {"Quantity": 1, "Items": [invalidated]}, "CallerReference": invalidated},

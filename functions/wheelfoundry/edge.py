@@ -2,9 +2,10 @@
 
 The distribution (template.yaml, EdgeDistribution) caches by object key after its viewer-request
 function has mapped ``.../`` to ``.../index.html`` or ``.../index.v1.json``; objects carry their own
-``Cache-Control`` (a wheel a year, a page a minute). A publish invalidates the pages it changed, so the
-edge serves a new wheel's page at once; wheels are never invalidated: a published file name never gets
-other bytes (Collect refuses the conflict).
+``Cache-Control`` (a wheel a year, a page a minute). A publish that changed a page invalidates the
+channel's pages, so the edge serves a new wheel's page at once; wheels are never invalidated: a published
+file name never gets other bytes (Collect refuses the conflict). Whatever the edge may not read answers
+404 with the site's own small page (``simple/404.html``, template.yaml: CustomErrorResponses).
 
 Consumers pin the stack's provenance key by fingerprint (the sha256 of its DER SubjectPublicKeyInfo,
 as ``wheelfoundry public-key`` prints it) and fetch it from ``keys/<fingerprint>.pem`` through the edge:
@@ -15,18 +16,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from wheelfoundry.errors import EdgeInvalidationFailed
 
 WHEEL_CACHE = "public, max-age=31536000, immutable"  # a published file name never changes bytes
 PAGE_CACHE = "public, max-age=60"  # pages change with every publish; the edge is also invalidated
 KEYS_PREFIX = "keys/"
-MAX_PATHS = 12  # more changed pages than this: one wildcard for the channel (one path of the free 1,000)
+SITE_ROOT = "simple/index.html"  # the public channels, for a browser at PublicIndexUrl
+NOT_FOUND = "simple/404.html"  # the distribution's body for every 403 and 404 (its ResponsePagePath)
 
 
 @dataclass(frozen=True)
@@ -60,25 +65,62 @@ def public_urls(channel: str, index_url: str, public: str, variants: list[str]) 
     return {"index_url": base, "find_links": [f"{base}{quote(v)}.html" for v in variants]}
 
 
-def cache_paths(channel: str, changed: Iterable[str], everything: bool = False) -> list[str]:
-    """The edge's cache keys of the pages written under these S3 keys (``simple/<channel>/...``).
+def cache_paths(channel: str, changed: Collection[str], everything: bool = False) -> list[str]:
+    """What to invalidate after a publish that changed these pages (S3 keys): the channel's wildcard, or nothing.
 
-    A page folder's key (``.../proj/``) is never a cache key: the viewer-request function turns it into
-    its ``index.html`` or ``index.v1.json``, which are written and listed as changed themselves.
+    Viewers spell one page many ways: ``.../proj/`` and ``.../proj/index.html``, ``+``, ``%2B`` and ``%2b``
+    in a variant's name. CloudFront's guide asks for both the viewer's URI and the one the viewer-request
+    function made of it, and its paths are case sensitive, so the written keys alone would leave some
+    spellings stale. ``/simple/<channel>/*`` covers every spelling and every miss cached before the page
+    existed, and CloudFront counts it as one path (the first 1,000 a month are free): one per publish.
     """
-    keys = sorted({k for k in changed if not k.endswith("/")})
-    if everything or len(keys) > MAX_PATHS:
+    if everything or changed:
         return [f"/simple/{quote(channel)}/*"]
-    return [f"/{quote(k, safe='/')}" for k in keys]
+    return []
 
 
 def invalidate(cloudfront: Any, distribution_id: str, paths: list[str], reference: str) -> str | None:
-    """One invalidation of these paths (None when there are none); the reference makes a retry a no-op."""
+    """One invalidation of these paths (None when there are none); the reference makes a retry a no-op.
+
+    Raises EdgeInvalidationFailed, which the state machine retries: PublishIndex calls this before it
+    writes the channel's state, so a retry still sees the pages as changed and invalidates them again.
+    """
     if not paths:
         return None
     batch = {"Paths": {"Quantity": len(paths), "Items": paths}, "CallerReference": reference}
-    answer = cloudfront.create_invalidation(DistributionId=distribution_id, InvalidationBatch=batch)
+    try:
+        answer = cloudfront.create_invalidation(DistributionId=distribution_id, InvalidationBatch=batch)
+    except (ClientError, BotoCoreError) as exc:
+        raise EdgeInvalidationFailed(
+            f"CreateInvalidation of {paths} on distribution {distribution_id} (CallerReference {reference}) "
+            f"failed: {exc}; the state machine retries the publish"
+        ) from exc
     return str(answer["Invalidation"]["Id"])
+
+
+def site_pages(channels: Iterable[str]) -> dict[str, str]:
+    """The site's own two pages (S3 key -> HTML): its root, linking each public channel, and its 404 body.
+
+    Only the public channels are named: a private one must look like nothing at all from outside.
+    """
+    links = "\n".join(f'<a href="{quote(c)}/">{html.escape(c)}</a><br/>' for c in sorted(channels))
+    root = (
+        "<!DOCTYPE html>\n<html>\n<head>\n<title>WheelFoundry public channels</title>\n</head>\n<body>\n"
+        f"<h1>WheelFoundry public channels</h1>\n{links}\n</body>\n</html>\n"
+    )
+    missing = (
+        "<!DOCTYPE html>\n<html>\n<head>\n<title>404 Not Found</title>\n</head>\n<body>\n"
+        "<h1>404 Not Found</h1>\n<p>Nothing is published here.</p>\n</body>\n</html>\n"
+    )
+    return {SITE_ROOT: root, NOT_FOUND: missing}
+
+
+def publish_site(s3: Any, bucket: str, channels: Iterable[str]) -> None:
+    """Write the site's root and 404 pages (each publish of a public channel: two small PUTs, always current)."""
+    for key, body in site_pages(channels).items():
+        s3.put_object(
+            Bucket=bucket, Key=key, Body=body.encode(), ContentType="text/html; charset=utf-8", CacheControl=PAGE_CACHE
+        )
 
 
 def pem(der: bytes) -> bytes:

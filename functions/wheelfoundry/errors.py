@@ -125,6 +125,11 @@ class IndexConflict(WheelFoundryError):
     """Other runs kept publishing into the channel while this one rewrote its index; the ASL retries."""
 
 
+class EdgeInvalidationFailed(WheelFoundryError):
+    """CloudFront refused or lost a public channel's invalidation (throttled, too many in progress, down):
+    the channel's state is not written, so the ASL's retry publishes and invalidates again."""
+
+
 class MergedWheelFailed(WheelFoundryError):
     """A merged wheel failed the test of its published bytes in a run that left the layout to the farm
     (``layout: auto``): Attest signs nothing and the state machine stages the cell wheels instead."""
@@ -160,6 +165,7 @@ ASL_ERROR_NAMES = frozenset(
         ManifestInvalid,
         MergedWheelFailed,
         IndexConflict,
+        EdgeInvalidationFailed,
         JobsFailed,
     )
 )

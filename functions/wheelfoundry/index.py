@@ -5,7 +5,7 @@ live under ``wheels/<channel>/<project>/``. Each page is stored as ``.../index.h
 ending in ``/`` (plain GETs of the directory URL), and as ``.../index.v1.json`` (wheelfoundry.index_pages).
 Publishing rewrites pages from what is in the bucket: it is idempotent, deletes nothing, and runs
 publishing into one channel at once take turns (``publish_index``). A public channel's changed pages
-are then invalidated at the edge (wheelfoundry.edge).
+are invalidated at the edge (wheelfoundry.edge) before the publish is recorded as done.
 """
 
 from __future__ import annotations
@@ -169,10 +169,11 @@ def publish_index(
     every wheel put before any successful publish; a stale page write is always followed by its own
     writer's retry.
 
-    ``public``: the stack's public channels (wheelfoundry.edge); when it serves this channel, the winner
-    invalidates the pages whose bytes changed since the state it read (every page of the channel after a
-    lost race, whose stale writes the edge may have seen), and the provenance key is published for
-    consumers to pin. ``clients`` then holds ``cloudfront`` and ``kms``.
+    ``public``: the stack's public channels (wheelfoundry.edge); when it serves this channel, each attempt
+    invalidates the channel's pages at the edge if any page's bytes changed since the state it read (always
+    after a lost race, whose stale writes the edge may have seen) before it writes the state, so a failed
+    invalidation is retried, not forgotten; the provenance key and the site's own pages are published too.
+    ``clients`` then holds ``cloudfront`` and ``kms``.
     """
     state_key = f"simple/{channel}/{STATE}"
     for attempt in range(attempts):
@@ -191,6 +192,11 @@ def publish_index(
         condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
         record = {"format": 1, "channel": channel, "wheels": entries, "pages": pages.digests}
         body = json.dumps(record, sort_keys=True).encode()
+        refreshed = None
+        if public is not None and public.serves(channel):
+            # Before the state: a failure here leaves the pages "changed" against the state a retry reads.
+            reference = hashlib.sha256(f"{etag}\n".encode() + body).hexdigest()[:40]
+            refreshed = _refresh_edge(public, clients or {}, s3, bucket, channel, pages, state, attempt, reference)
         try:
             s3.put_object(Bucket=bucket, Key=state_key, Body=body, ContentType="application/json", **condition)
         except ClientError as e:
@@ -205,8 +211,8 @@ def publish_index(
             "variants": variants,
             "attempts": attempt + 1,
         }
-        if public is not None and public.serves(channel):
-            result["edge"] = _refresh_edge(public, clients or {}, s3, bucket, channel, pages, state, attempt, body)
+        if refreshed is not None:
+            result["edge"] = refreshed
         return result
     raise IndexConflict(
         f"the index of channel {channel!r} changed under each of {attempts} attempts to publish it "
@@ -223,11 +229,17 @@ def _refresh_edge(
     pages: Pages,
     before: dict[str, Any],
     attempt: int,
-    state: bytes,
+    reference: str,
 ) -> dict[str, Any]:
+    """The site's pages and the provenance key, then one invalidation if the channel's pages changed.
+
+    ``reference``: the state read and the one about to be written; the same publish retried makes no
+    second invalidation, and any other publish (even one back to an earlier listing) makes its own.
+    """
+    edges.publish_site(s3, bucket, public.channels)
     changed = pages.changed(before.get("pages") or {})
     paths = edges.cache_paths(channel, changed, everything=attempt > 0)
-    reference = f"{channel}-{hashlib.sha256(state).hexdigest()[:40]}"  # the same publish retried: no second one
+    reference = f"{channel}-{reference}"
     out: dict[str, Any] = {
         "distribution": public.distribution_id,
         "changed_pages": len(changed),

@@ -1,11 +1,14 @@
 """The public channels' CloudFront distribution, played on 127.0.0.1 for anyone, with no credentials.
 
 What it serves and refuses comes from the deployed stack (edge_rules): the template's cache behaviours,
-its viewer-request function, its error-caching TTLs and the bucket policy's grant to the distribution.
-Responses are cached under the function's URI for as long as each object's Cache-Control says (the
-managed CachingOptimized rules), and the distribution's invalidations (PublishIndex's CreateInvalidation,
-recorded by moto) drop them, so a test sees what a user behind a real edge would: a stale page until the
-publish invalidates it. Plain HTTP on loopback (the real distribution redirects HTTP to HTTPS).
+its viewer-request and viewer-response functions, its custom error responses (status, page and caching
+TTL) and the bucket policy's grant to the distribution. Responses are cached for as long as each object's
+Cache-Control says (the managed CachingOptimized rules), and the distribution's invalidations
+(PublishIndex's CreateInvalidation, recorded by moto) drop them, so a test sees what a user behind a real
+edge would: a stale page until the publish invalidates it. CloudFront's guide asks, when a viewer-request
+function changes the URI, for both the viewer's URI and the changed one to be invalidated, and compares
+paths case-sensitively: so here a response is cached under both, literally (``%2b`` is not ``%2B``), and
+only an invalidation that covers both drops it. Plain HTTP on loopback (the real one redirects to HTTPS).
 
     with serving_edge(aws, stack) as edge:
         pip install --index-url {edge.url}/simple/demo/ NAME
@@ -20,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
@@ -43,8 +46,9 @@ class Response:
     stored: float = field(default_factory=time.monotonic)
 
 
-def _normal(path: str) -> str:
-    return quote(unquote(path), safe="/*")
+def _covers(path: str, uri: str) -> bool:
+    """Whether an invalidation path names this URI (a trailing * is the only wildcard CloudFront has)."""
+    return uri == path or (path.endswith("*") and uri.startswith(path[:-1]))
 
 
 class LocalEdge:
@@ -52,7 +56,7 @@ class LocalEdge:
         self.distribution = distribution
         self.rules = edge_rules.Rules.of(distribution.config)
         self.s3 = s3
-        self._cache: dict[str, Response] = {}
+        self._cache: dict[tuple[str, str], Response] = {}  # (viewer URI, the function's URI) -> response
         self._applied: set[str] = set()
         self._lock = threading.Lock()
         self.log: list[tuple[str, str, int, str]] = []  # method, path, status, x-cache
@@ -73,7 +77,7 @@ class LocalEdge:
 
     # -- one request ------------------------------------------------------------------------------
     def handle(self, method: str, path: str, headers: dict[str, str]) -> Response:
-        uri = urlsplit(path).path or "/"
+        uri = viewer_uri = urlsplit(path).path or "/"
         behavior = self.rules.behavior(uri)
         if method not in behavior.methods:
             return Response(403, {"Content-Type": "text/plain"}, METHOD)
@@ -85,19 +89,40 @@ class LocalEdge:
                 return Response(int(answer["statusCode"]), own, str(answer.get("body") or "").encode())
             uri = answer["uri"]
         self._apply_invalidations()
-        key = _normal(uri)
+        key = (viewer_uri, uri)
         with self._lock:
             cached = self._cache.get(key)
         if cached is not None and cached.expires > time.monotonic():
-            return self._out(cached, behavior, "Hit", int(time.monotonic() - cached.stored))
-        fresh = self._origin(behavior, uri)
-        with self._lock:
-            self._cache[key] = fresh
-        return self._out(fresh, behavior, "Miss" if fresh.status < 400 else "Error", 0)
+            out = self._out(cached, behavior, "Hit", int(time.monotonic() - cached.stored))
+        else:
+            fresh = self._fetch(behavior, uri)
+            with self._lock:
+                self._cache[key] = fresh
+            out = self._out(fresh, behavior, "Miss" if fresh.status < 400 else "Error", 0)
+        if behavior.viewer_response is None or out.status >= 400:  # CloudFront runs none on an error
+            return out
+        code = cfn_edge.function_code(behavior.viewer_response)
+        request = (method, viewer_uri, headers)
+        status, own = edge_rules.viewer_response(code, request, out.status, out.headers, self.distribution.id)
+        return Response(status, own, out.body, out.expires, out.stored)
 
     def _out(self, r: Response, behavior: edge_rules.Behavior, how: str, age: int) -> Response:
         headers = {**r.headers, **behavior.headers, "X-Cache": f"{how} from cloudfront", "Age": str(age)}
         return Response(r.status, headers, r.body, r.expires, r.stored)
+
+    def _fetch(self, behavior: edge_rules.Behavior, uri: str) -> Response:
+        """The origin's answer, or the distribution's custom error response in place of its error."""
+        answer = self._origin(behavior, uri)
+        custom = self.rules.errors.get(answer.status)
+        if answer.status < 400 or custom is None or custom.page is None or custom.response_code is None:
+            return answer
+        # The page comes through the behaviour its path matches; when it cannot be read the viewer gets the
+        # status CloudFront got for the page (CloudFront Developer Guide, "Generate custom error responses").
+        page = self._origin(self.rules.behavior(custom.page), custom.page)
+        if page.status >= 400:
+            return page
+        headers = {k: v for k, v in page.headers.items() if k in ("Content-Type", "Content-Length")}
+        return Response(custom.response_code, headers, page.body, answer.expires, answer.stored)
 
     def _origin(self, behavior: edge_rules.Behavior, uri: str) -> Response:
         bucket = self.rules.buckets[behavior.origin]
@@ -122,7 +147,8 @@ class LocalEdge:
         return Response(200, headers, body, now + edge_rules.ttl(behavior, meta.get("cache-control")), now)
 
     def _error(self, status: int, body: bytes, now: float) -> Response:
-        ttl = self.rules.error_ttl.get(status, edge_rules.DEFAULT_ERROR_TTL)
+        custom = self.rules.errors.get(status)
+        ttl = custom.ttl if custom is not None else edge_rules.DEFAULT_ERROR_TTL
         return Response(status, {"Content-Type": "application/xml"}, body, now + ttl, now)
 
     def _apply_invalidations(self) -> None:
@@ -131,10 +157,8 @@ class LocalEdge:
                 continue
             with self._lock:
                 for path in invalidation.paths:
-                    wanted = _normal(path)
-                    for key in list(self._cache):
-                        if key == wanted or (wanted.endswith("*") and key.startswith(wanted[:-1])):
-                            del self._cache[key]
+                    for key in [k for k in self._cache if _covers(path, k[0]) and _covers(path, k[1])]:
+                        del self._cache[key]
                 self._applied.add(invalidation.id)
 
     # -- serving ----------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """What the public channels' distribution decides for one request, read from what the stack deployed.
 
 Pure functions over the deployed distribution's resolved configuration (cfn_edge): which cache
-behaviour a path falls under, what its viewer-request function (the template's own JavaScript, run by
-QuickJS) makes of the request, whether the bucket policy lets the distribution read a key (Origin
+behaviour a path falls under, what its viewer-request and viewer-response functions (the template's own
+JavaScript, run by QuickJS) make of the request and the response, what an error turns into (the
+distribution's CustomErrorResponses), whether the bucket policy lets the distribution read a key (Origin
 Access Control: the service principal with ``AWS:SourceArn``), and how long a response is kept.
 Nothing here is a second copy of the template's rules: change the template and the edge changes.
 """
@@ -48,6 +49,16 @@ class Behavior:
     ttl: tuple[int, int, int]  # min, default, max
     viewer_request: str | None  # the function's ARN
     headers: dict[str, str]
+    viewer_response: str | None = None  # the function's ARN
+
+
+@dataclass(frozen=True)
+class ErrorResponse:
+    """One of the distribution's CustomErrorResponses: how long an origin's error is kept, and what it becomes."""
+
+    ttl: int
+    response_code: int | None = None  # with page: the status the viewer gets instead of the origin's
+    page: str | None = None  # ResponsePagePath, served through the behaviour that matches it
 
 
 def _behavior(config: dict[str, Any], pattern: str | None) -> Behavior:
@@ -58,10 +69,10 @@ def _behavior(config: dict[str, Any], pattern: str | None) -> Behavior:
     if headers_policy is not None and headers_policy not in RESPONSE_HEADERS:
         raise EdgeConfigError(f"response headers policy {headers_policy!r} is not one the local edge knows")
     functions = {f["EventType"]: f["FunctionARN"] for f in config.get("FunctionAssociations") or []}
-    unknown = set(functions) - {"viewer-request"}
+    unknown = set(functions) - {"viewer-request", "viewer-response"}
     if unknown or config.get("LambdaFunctionAssociations"):
         what = sorted(unknown) or "Lambda@Edge"
-        raise EdgeConfigError(f"function events {what}: the local edge plays viewer-request functions only")
+        raise EdgeConfigError(f"function events {what}: the local edge plays viewer-request and -response functions")
     return Behavior(
         pattern,
         config["TargetOriginId"],
@@ -69,6 +80,7 @@ def _behavior(config: dict[str, Any], pattern: str | None) -> Behavior:
         CACHE_POLICIES[policy][1:],
         functions.get("viewer-request"),
         dict(RESPONSE_HEADERS.get(headers_policy or "", {})),
+        functions.get("viewer-response"),
     )
 
 
@@ -76,7 +88,7 @@ def _behavior(config: dict[str, Any], pattern: str | None) -> Behavior:
 class Rules:
     behaviors: tuple[Behavior, ...]  # the ordered cache behaviours, then the default
     buckets: dict[str, str]  # origin id -> bucket name
-    error_ttl: dict[int, int]
+    errors: dict[int, ErrorResponse]  # origin status -> the distribution's custom error response
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> Rules:
@@ -87,10 +99,15 @@ class Rules:
             if "S3OriginConfig" not in origin or not origin.get("OriginAccessControlId"):
                 raise EdgeConfigError(f"origin {origin['Id']}: the local edge serves S3 origins with OAC only")
             buckets[origin["Id"]] = origin["DomainName"].split(".s3.", 1)[0]
-        errors = {
-            int(e["ErrorCode"]): int(e.get("ErrorCachingMinTTL", DEFAULT_ERROR_TTL))
-            for e in config.get("CustomErrorResponses") or []
-        }
+        errors = {}
+        for e in config.get("CustomErrorResponses") or []:
+            code, page = e.get("ResponseCode"), e.get("ResponsePagePath")
+            if (code is None) != (page is None):  # CloudFront's API refuses one without the other
+                raise EdgeConfigError(
+                    f"CustomErrorResponses {e['ErrorCode']}: ResponseCode and ResponsePagePath go together"
+                )
+            ttl = int(e.get("ErrorCachingMinTTL", DEFAULT_ERROR_TTL))
+            errors[int(e["ErrorCode"])] = ErrorResponse(ttl, None if code is None else int(code), page)
         return cls(tuple(ordered), buckets, errors)
 
     def behavior(self, path: str) -> Behavior:
@@ -114,11 +131,10 @@ def _compiled(code: str) -> Any:
     return quickjs.Function("handler", code)
 
 
-def viewer_request(code: str, method: str, uri: str, headers: dict[str, str], distribution_id: str) -> dict[str, Any]:
-    """The function's answer: the request it passes on (maybe with another uri), or a response of its own."""
-    event = {
+def _event(kind: str, method: str, uri: str, headers: dict[str, str], distribution_id: str) -> dict[str, Any]:
+    return {
         "version": "1.0",
-        "context": {"distributionId": distribution_id, "eventType": "viewer-request", "requestId": "local"},
+        "context": {"distributionId": distribution_id, "eventType": kind, "requestId": "local"},
         "viewer": {"ip": "127.0.0.1"},
         "request": {
             "method": method,
@@ -128,10 +144,33 @@ def viewer_request(code: str, method: str, uri: str, headers: dict[str, str], di
             "cookies": {},
         },
     }
-    answer = _compiled(code)(event)
+
+
+def viewer_request(code: str, method: str, uri: str, headers: dict[str, str], distribution_id: str) -> dict[str, Any]:
+    """The function's answer: the request it passes on (maybe with another uri), or a response of its own."""
+    answer = _compiled(code)(_event("viewer-request", method, uri, headers, distribution_id))
     if not isinstance(answer, dict):
         raise EdgeConfigError(f"the viewer-request function returned {answer!r}, not a request or response")
     return answer
+
+
+def viewer_response(
+    code: str, request: tuple[str, str, dict[str, str]], status: int, headers: dict[str, str], distribution_id: str
+) -> tuple[int, dict[str, str]]:
+    """The response's status and headers as the function leaves them; ``request``: the viewer's method,
+    uri and headers (CloudFront hands the function the request as the viewer sent it)."""
+    event = _event("viewer-response", *request, distribution_id)
+    event["response"] = {
+        "statusCode": status,
+        "headers": {k.lower(): {"value": v} for k, v in headers.items()},
+        "cookies": {},
+    }
+    answer = _compiled(code)(event)
+    if not isinstance(answer, dict) or not isinstance(answer.get("headers"), dict):
+        raise EdgeConfigError(f"the viewer-response function returned {answer!r}, not a response")
+    names = {k.lower(): k for k in headers}  # the names as the origin spelled them; new ones title-cased
+    out = {names.get(k, k.title()): str(v["value"]) for k, v in answer["headers"].items()}
+    return int(answer.get("statusCode", status)), out
 
 
 def object_key(uri: str) -> str:
