@@ -152,8 +152,10 @@ class SlowS3:
         self.in_put = threading.Event()
         self.active = False
         self.fail = False
+        self.calls = 0  # put_object calls begun
 
     def put_object(self, **params: Any) -> None:
+        self.calls += 1
         self.active = True
         self.in_put.set()
         time.sleep(0.2)
@@ -169,7 +171,10 @@ def test_stopping_waits_for_an_upload_in_flight_and_failures_are_noted_once(tmp_
     s3.fail = True
     log.write("line 1")
     uploader.start()
-    time.sleep(0.5)  # two failed uploads at least
+    deadline = time.monotonic() + 30
+    while s3.calls < 3 and time.monotonic() < deadline:  # the uploader's one thread: a third put begins only
+        time.sleep(0.01)  # after it handled the second failure, however slow this host is
+    assert s3.calls >= 3, f"{s3.calls} uploads in 30 s"
     assert sum("live build.log upload failed" in line for line in log.tail) == 1
     s3.fail = False
     log.write("line 2")

@@ -22,7 +22,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ import pytest
 
 from tests.buildspecs.conftest import example_source
 from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
+from wfbuild import hostinfo
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.planning import plan_request
@@ -52,6 +52,23 @@ REQUEST = {
     "arch_list": "8.0;9.0",
     "torch_index": "pip",  # this host's pip configuration: torch 2.14.1 (CUDA 13.0) from PyPI
 }
+# The memory inputs of the runner's split (wfbuild.parallelism.cell_slots), fixed in the job's env: with the
+# plan's 4 GiB per compiler and 4 GiB reserve, memory is the limit below 13 GiB (2 cores of 8 GiB rightly get
+# MAX_JOBS=1, no threads), so the split these tests prove would be the host's, not the rule's. At these, 2
+# pinned cores give the same split on any host of MIN_GIB: cell_slots(2, MIN_GIB - 1, 2, 1, ...) = MAX_JOBS=2,
+# --threads 2 for one .cu file (2 x 2 + 1 <= 5 GiB), the pool's threads (2 GiB x 2 cores <= 5 GiB). The
+# builds themselves (a fixture's few small units, 2 compilers at once) hold far less.
+MEMORY = {"WF_RESERVE_GIB": "1.0", "WF_GIB_PER_COMPILE_JOB": "2.0", "WF_GIB_PER_NVCC_THREAD": "1.0"}
+MIN_GIB = 6.0
+
+
+def two_cores() -> set[int]:
+    """Two of this host's cores, for a runner pinned to them (its split then is the same on any host)."""
+    cores = sorted(os.sched_getaffinity(0))
+    assert len(cores) >= 2, "this test needs 2 cores"
+    memory = hostinfo.memory_gib()
+    assert memory >= MIN_GIB, f"this test needs {MIN_GIB:g} GiB of memory (MEMORY's split); this host has {memory:.1f}"
+    return set(cores[:2])
 
 
 def _stat(pid: str) -> tuple[str, str] | None:
@@ -148,6 +165,7 @@ def _put_job(
     contract = job.to_dict()
     if cached:
         contract["env"] |= {"SCCACHE_BUCKET": aws.bucket, "SCCACHE_REGION": aws.region}
+    contract["env"] |= MEMORY  # the split is the rule's, not this host's memory's
     prefix = f"runs/run-1/jobs/{job.id}/"
     contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
                        "region": aws.region}  # fmt: skip
@@ -207,25 +225,27 @@ def test_two_arch_cuda_cell_compiles_architectures_in_parallel_and_gives_the_sam
     assert '"nvcc": ["-O2"]' in text
     setup.write_text(text.replace('"nvcc": ["-O2"]', '"nvcc": ["-O2", "--threads", "4"]'))
     work = tmp_path / "work"  # both builds here (removed after each success)
+    cores = two_cores()  # both builds on 2 cores: the second's split is MAX_JOBS=2, --threads 2 on any host
     # a region (stack) per build: moto's Step Functions fails a second execution started in one region here
     first_aws, second_aws = Aws(moto_endpoint, "us-west-1"), Aws(moto_endpoint, "eu-west-3")
-    serial, one = _build(first_aws, _put_job(first_aws, tmp_path / "one", source), work, cache_dir, 1)
+    serial, one = _build(first_aws, _put_job(first_aws, tmp_path / "one", source), work, cache_dir, 1, cores)
     (first,) = serial["wheels"]
-    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path / "two", source), work, cache_dir, None)
+    parallel, two = _build(second_aws, _put_job(second_aws, tmp_path / "two", source), work, cache_dir, None, cores)
     (second,) = parallel["wheels"]
     aws = second_aws
     # --threads 1, said on the command line (it ends it, so the package's own 4 gives way): one at a time
     assert one.cu_files == {"ops_cuda.cu"} and one.flags and all("--threads 1" in f for f in one.flags), one.flags
     assert one.most_at_once == 1
-    # --threads 2: every nvcc started with it, and it ran both architectures' device compiles at once
+    # --threads 2 (2 pinned cores, MEMORY: cell_slots' split on any host): every nvcc started with it, and it ran
+    # both architectures' device compiles at once (nvcc starts both threads together; each cicc lasts seconds)
     assert two.cu_files == {"ops_cuda.cu"} and two.flags and all("--threads 2" in f for f in two.flags), two.flags
     assert all("-ffile-prefix-map=" in f and "-objtemp" in f for f in one.flags | two.flags)  # reproducibility
     assert two.most_at_once == 2, f"at most {two.most_at_once} cicc/ptxas of one nvcc at a time"
     log = aws.text(parallel["log_key"])
     # The runner's own choice: one .cu file (beside ops.cpp), so MAX_JOBS keeps the cores and nvcc gets threads
     assert "1 .cu file(s) in the source: nvcc threads take the cores they leave" in log
-    chosen = re.search(r"1 cell\(s\), 1 at a time, MAX_JOBS=(\d+) each, nvcc --threads 2", log)
-    assert chosen and int(chosen.group(1)) >= 2, log[-3000:]  # the .cpp compiles beside the .cu
+    # MAX_JOBS keeps both pinned cores (the .cpp compiles beside the .cu): cell_slots' rule for these inputs
+    assert "1 cell(s), 1 at a time, MAX_JOBS=2 each, nvcc --threads 2" in log, log[-3000:]
     manifest = json.loads(aws.text(parallel["manifest_key"]))
     assert manifest["parallelism"]["nvcc_threads"] == 2 and manifest["parallelism"]["cells_at_once"] == 1
     assert first["filename"] == second["filename"] and "cu130" in first["filename"]
@@ -248,8 +268,7 @@ def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_
     Each build in a folder of its own (as two instances have): without ninja torch runs $CUDA_HOME/bin/nvcc
     itself, not PYTORCH_NVCC, so only wfbuild.cuda_home's shim brings the launcher that keeps the source's
     path out of its anonymous namespace's name (``_GLOBAL__N__<hash of the path>``) and the objects."""
-    cores = sorted(os.sched_getaffinity(0))
-    assert len(cores) >= 2, "this test needs 2 cores"
+    cores = sorted(two_cores())  # MEMORY: on 2 cores MAX_JOBS=2 on any host, as on 1 core MAX_JOBS=1
     first_aws, second_aws = Aws(moto_endpoint, "us-west-2"), Aws(moto_endpoint, "eu-west-2")
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pyg_cuda_ext"
     job = _put_job(first_aws, tmp_path, fixture, "wf-pyg-cuda")

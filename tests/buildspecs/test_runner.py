@@ -93,8 +93,10 @@ class Aws:
             "Type": "Task",
             "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
             "Parameters": {"QueueUrl": self.queue, "MessageBody": {"token.$": "$$.Task.Token"}},
-            "TimeoutSeconds": 900,
-            "HeartbeatSeconds": 300,
+            # Past every caller's own wait (the longest a test's 3000 s timeout): a cold CUDA build on a slow host
+            # ends with the test's timeout, never with this state timing out under a runner still working.
+            "TimeoutSeconds": 3600,
+            "HeartbeatSeconds": 300,  # the runner beats every second (runner_env: WF_HEARTBEAT_SECONDS=1)
             "End": True,
         }
         definition = json.dumps({"StartAt": "Build", "States": {"Build": build}})

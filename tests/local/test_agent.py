@@ -230,7 +230,8 @@ def test_a_heartbeat_before_the_task_sets_its_clock_counts_as_on_aws(aws: Embedd
     clock = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=30)
     started = time.monotonic()
     assert clock.clear_and_wait() is True
-    assert time.monotonic() - started < 1, "the early beat counted: no 30 s wait"
+    # without the early beat this waits the whole 30 s: half of it, on any host, still tells the two apart
+    assert time.monotonic() - started < 15, "the early beat counted: no 30 s wait"
     late = CallbackEndpoint(callback_id="other").setup_heartbeat_endpoint(heartbeat_seconds=1)
     assert late.clear_and_wait() is False, "without a beat the clock still runs out"
 

@@ -141,7 +141,7 @@ def test_the_build_timeout_ends_it_timed_out(aws: EmbeddedAws, stack: DeployedSt
     build_id = start(aws, stack, {"build": {"commands": ["sleep 60"]}}, timeoutInMinutesOverride=5)
     build = finished(aws, build_id)
     assert build["buildStatus"] == "TIMED_OUT" and phases(build)["BUILD"] == "TIMED_OUT"
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # the command alone runs 60 s: under 30, the 1 s timeout ended it
 
 
 def test_state_changes_reach_the_stacks_rule_and_bad_requests_are_refused(

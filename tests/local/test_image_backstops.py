@@ -82,7 +82,8 @@ def test_a_dead_image_build_fails_its_task_and_an_aborted_executions_image_build
     # 1. The build failed in INSTALL, before any image job could call back: the state-change rule failed
     # the BuildImage task (caught by its ImageFailed Pass), long before the state's timeout.
     result = aws.wait_execution(dead, timeout=120)
-    assert result.status == "SUCCEEDED" and time.monotonic() - started < 60
+    # before the state's own 90 s timeout (image_request) on any host; the outcome below says it was the rule
+    assert result.status == "SUCCEEDED" and time.monotonic() - started < 90
     outcome = result.output
     assert outcome["id"] == IMAGE_ID and outcome["status"] == "failed" and outcome["error"] == "BuildFailed"
     assert "ended FAILED in phase INSTALL" in outcome["cause"]

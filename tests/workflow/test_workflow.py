@@ -41,20 +41,32 @@ def building(aws: EmbeddedAws) -> str:
 
 def test_one_job_builds_publishes_and_indexes(aws: EmbeddedAws, stack: DeployedStack, tmp_path: Path) -> None:
     # The per-cell layout: one wheel per cell with its +pt<XY><variant> label (tests/workflow/test_merged.py: merged).
-    # The instance's agent registers a second after launch, as a booting one does later (the other tests' agents
-    # are Online at once): AwaitAgent fails with AgentNotReady and the ASL's retry waits its 10 s interval.
-    aws.registration.delay = 1.0
+    # The instance's agent registers only once AwaitAgent has found it unregistered, as a booting one does later
+    # (the other tests' agents are Online at once): AwaitAgent fails with AgentNotReady and the ASL's retry waits
+    # its 10 s interval. Registering after that first check (not a fixed delay after launch, which a busy host's
+    # slow first check may already be past) makes the retry happen on any host.
+    request = extension_request(upload(aws, stack, source(tmp_path)), layout="per-cell")
+    aws.registration.delay = 24 * 3600.0  # not registered, until AwaitAgent has seen it so
     try:
-        result = run(aws, stack, extension_request(upload(aws, stack, source(tmp_path)), layout="per-cell"))
+        arn = aws.start_execution(stack.state_machine_arn, request)
+        refused = wait_for(
+            lambda: [i for i in aws.invocations.of("AwaitAgentFunction") if i.error_type == "AgentNotReady"],
+            timeout=300,
+            what="AwaitAgent finding the agent unregistered",
+        )
     finally:
         aws.registration.delay = 0.0
+    result = aws.wait_execution(arn, timeout=600)
     assert result.succeeded, explained(aws, stack, result)
     (instance,) = launched_by(aws, result.arn)
     (command,) = [
         c for c in aws.client("ssm").list_commands()["Commands"] if instance["InstanceId"] in c["InstanceIds"]
     ]
-    waited = (command["RequestedDateTime"] - instance["LaunchTime"]).total_seconds()
-    assert waited >= 9.5, f"the build command went {waited:.1f} s after launch: AwaitAgent's retry did not wait"
+    # the command came after AwaitAgent's last refusal plus the retry's 10 s interval (0.5 s for the clocks' rounding)
+    assert refused[0].event["instance_id"] == instance["InstanceId"], refused[0].event
+    refused = [i for i in aws.invocations.of("AwaitAgentFunction") if i.error_type == "AgentNotReady"]
+    waited = (command["RequestedDateTime"] - max(i.finished for i in refused)).total_seconds()
+    assert waited >= 9.5, f"the build command went {waited:.1f} s after AgentNotReady: AwaitAgent's retry did not wait"
     assert result.output["status"] == "succeeded" and result.output["published"] == 1
     run_id = result.output["run_id"]
     (wheel,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
