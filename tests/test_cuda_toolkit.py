@@ -193,3 +193,31 @@ def test_host_mode_installs_once_per_cache_and_points_the_stages_at_it(
     assert env["CUDA_HOME"] == str(first) and env["CUDACXX"] == str(first / "bin" / "nvcc")
     assert env["PATH"].split(os.pathsep)[0] == str(first / "bin") and "CUDA_PATH" not in env
     assert "9.9" in toolkit.describe(first)
+
+
+def test_a_wheel_only_toolkit_gets_a_driver_stub_from_its_cuda_h_and_the_stages_link_with_it(
+    mirror: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA 13: no archive, no NVIDIA stub; the runtime wheel's cuda.h gives lib64/stubs/libcuda.so."""
+    header = b"typedef int CUresult;\n#define cuMemAlloc cuMemAlloc_v2\nCUresult cuMemAlloc(void **p, long n);\n"
+    runtime = _wheel("nvidia-fake-runtime", "9.9.1", {"nvidia/cu99/include/cuda.h": header})
+    (mirror["wheels"] / runtime[0]).write_bytes(runtime[1])  # type: ignore[operator]
+    lock = dict(mirror["lock"])  # type: ignore[call-overload]
+    entry = {"name": "nvidia-fake-runtime", "version": "9.9.1", "part": "compiler", "file": runtime[0]}
+    lock["archive"], lock["wheel"] = [], [*lock["wheel"], {**entry, "sha256": _sha(runtime[1]), "url": ""}]
+    lock.pop("redist")
+    write_lock(mirror["locks"], lock)  # type: ignore[arg-type]
+    record = install_cuda.install("9.9", "x86_64", tmp_path / "cuda", [], mirror["locks"])
+    stub = tmp_path / "cuda" / "lib64" / "stubs" / "libcuda.so"
+    assert record["driver_stub"]["libcuda.so"] == "generated" and record["driver_stub"]["symbols"] == 1
+    assert stub.read_bytes()[:4] == b"\x7fELF" and not (stub.parent / "libcuda.so.1").exists()
+    assert json.loads((tmp_path / "cuda" / "wf-toolkit.json").read_text())["driver_stub"] == record["driver_stub"]
+    # The host-mode stages: the stubs on the link path (LIBRARY_PATH, after what the job set), never the run path.
+    env = toolkit.stage_env({"PATH": "/usr/bin", "LIBRARY_PATH": "/opt/x/lib"}, tmp_path / "cuda")
+    assert env["LIBRARY_PATH"] == os.pathsep.join(["/opt/x/lib", str(stub.parent)]) and "LD_LIBRARY_PATH" not in env
+    # A toolkit installed before the installer made stubs is not reused: the cache key holds the layout.
+    monkeypatch.setattr(toolkit, "installer", lambda bundle: install_cuda)
+    monkeypatch.setattr(install_cuda, "LOCKS", mirror["locks"])
+    now = toolkit.prefix_for(ROOT / "buildspecs", "9.9", "x86_64", [], tmp_path)
+    monkeypatch.setattr(install_cuda, "LAYOUT", 1)
+    assert toolkit.prefix_for(ROOT / "buildspecs", "9.9", "x86_64", [], tmp_path) != now

@@ -61,7 +61,8 @@ def test_local_watch_dry_run_prints_the_run_with_its_wall_time_and_cost(capsys: 
     out = capsys.readouterr().out
     assert "would start: w-torch-scatter-2-1-2-" in out
     assert "planned wall time" in out and " USD" in out
-    assert "CUDA 13.2: no lock for x86_64 (torch 2.12.0, 2.13.0, 2.14.1, 2.15.0)" in out
+    no_toolkit = "CUDA 13.2: no toolkit for x86_64 in this deployment (no catalog row, no lock of the stack's)"
+    assert f"{no_toolkit} (torch 2.12.0, 2.13.0, 2.14.1, 2.15.0)" in out  # a dry run without a stack locks none
     assert "torch 2.15 is not in the catalog: facts from its wheels, CUDA 12.6 13.0 13.2" in out
     assert main([*argv, "--json"]) == 0
     record = json.loads(capsys.readouterr().out)

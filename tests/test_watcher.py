@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.watch_support import LOCKS, Cell, cells_of, run_tick, state, subscription
+from tests.watch_support import LOCKS, Cell, cells_of, run_tick, stack_toolkit, state, subscription
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.derived import with_derived
@@ -69,14 +69,14 @@ def test_a_release_outside_the_range_is_ignored() -> None:
     assert "2.15.0" in result.outcomes[0].ignored and "2.15.0" not in result.outcomes[0].releases
 
 
-def test_a_release_needing_an_unlocked_toolkit_is_reported_by_name() -> None:
-    result = run_tick([subscription()], everything_but("2.15.0"))
+def test_a_release_needing_a_toolkit_nothing_provides_is_reported_by_name() -> None:
+    result = run_tick([subscription()], everything_but("2.15.0"))  # the pure tick: no lock step, no record
     problems = result.outcomes[0].problems
-    (unlocked,) = [p for p in problems if p.startswith("CUDA 13.2: no lock for x86_64")]
-    assert "torch 2.12.0, 2.13.0, 2.14.1, 2.15.0" in unlocked and "tools/lock_cuda.py wheels 13.2" in unlocked
+    (unlocked,) = [p for p in problems if p.startswith("CUDA 13.2: no toolkit for x86_64 in this deployment")]
+    assert "torch 2.12.0, 2.13.0, 2.14.1, 2.15.0" in unlocked and "the stack's watcher locks CUDA 13+" in unlocked
     assert not any(c[1] == "13.2" for s in result.starts for c in s.cells)
-    # with a 13.2 lock deployed, the same tick builds its cells, one run per release that lacks them
-    locked = run_tick([subscription()], everything_but("2.15.0"), locks={**LOCKS, "13.2-x86_64": True})
+    # with the stack's approved 13.2 lock (toolkits/index.json), the same tick builds its cells, one run per release
+    locked = run_tick([subscription()], everything_but("2.15.0"), toolkits={"13.2-x86_64": stack_toolkit()})
     runs = {s.reason: {c for c in s.cells if c[1] == "13.2"} for s in locked.starts}
     assert runs["torch 2.15.0 released"] == {("2.15.0", "13.2", p, "x86_64") for p in ("3.11", "3.12", "3.13")}
     assert set(runs) == {f"torch {v} released" for v in ("2.12.0", "2.13.0", "2.14.1", "2.15.0")}

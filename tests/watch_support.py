@@ -9,11 +9,15 @@ from typing import Any
 
 from wheelfoundry_cli.watch_local import recorded
 
+from wheelfoundry.aws.toolkits import with_record
 from wheelfoundry.aws.watch import Sources, read_upstream
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.coverage import Coverage
+from wheelfoundry.stack_toolkits import StackToolkit, entry
 from wheelfoundry.subscriptions import Subscription, parse_subscription
+from wheelfoundry.toolkit_lock_file import render
+from wheelfoundry.toolkit_row import assumed_facts
 from wheelfoundry.watcher import Stack, Tick, Upstream, tick
 
 RECORDED = Path(__file__).parent / "fixtures" / "watch"
@@ -57,11 +61,29 @@ def state(project: str, version: str, cells: Iterable[Cell], channel: str = "ext
 
 
 def run_tick(
-    subs: list[Subscription], published: dict[str, Any] | None = None, locks: dict[str, bool] | None = None
+    subs: list[Subscription],
+    published: dict[str, Any] | None = None,
+    locks: dict[str, bool] | None = None,
+    toolkits: dict[str, StackToolkit] | None = None,
 ) -> Tick:
+    """The pure tick; ``toolkits``: the stack's record (toolkits/index.json) as the watcher plans with it."""
     coverage = {"extensions": Coverage.of([published or {}])}
-    stack = Stack("wf-bucket", load_catalog(), load_config(), LOCKS if locks is None else locks)
+    bundle = LOCKS if locks is None else locks
+    stack = with_record(Stack("wf-bucket", load_catalog(), load_config(), bundle), bundle, toolkits or {}, {})
     return tick(subs, upstream(subs=subs), coverage, stack)
+
+
+def stack_toolkit(cuda: str = "13.2", platform: str = "x86_64", approved: bool = True) -> StackToolkit:
+    """A record entry as the watcher writes one (a small lock: compiler and one library line)."""
+    wheels = [
+        {"name": "nvidia-cuda-nvcc", "version": f"{cuda}.86", "part": "compiler", "file": "nvcc.whl",
+         "sha256": "a" * 64, "url": "https://files.example.org/nvcc.whl"},
+    ]  # fmt: skip
+    lock = {"cuda": cuda, "platform": platform, "release": f"{cuda}.2", "wheel": wheels,
+            "requirements": {"nvidia-cublas==13.4.1.3": ["nvidia-cublas==13.4.1.3"]}, "unavailable": {}}  # fmt: skip
+    body = render(lock, "tests").encode()
+    facts = assumed_facts(load_catalog())(cuda, platform, "2.15.0")
+    return entry(lock, body, facts, approved, "2026-11-27T09:00:00+00:00", "torch 2.15.0 needs it")
 
 
 def cells_of(tick_result: Tick) -> list[set[Cell]]:

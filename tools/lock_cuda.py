@@ -43,6 +43,7 @@ from install_cuda import is_toolkit_requirement  # type: ignore[import-not-found
 from wheelfoundry import toolkit_lock  # noqa: E402
 from wheelfoundry.catalog import Catalog, load_catalog  # noqa: E402
 from wheelfoundry.toolkit_lock import SimpleIndex, ToolkitLockError  # noqa: E402
+from wheelfoundry.toolkit_lock_file import render  # noqa: E402  (the watcher writes the stack's locks with it)
 
 REDIST = "https://developer.download.nvidia.com/compute/cuda/redist/"
 # The compiler and core of a CUDA 11/12 redist manifest (the libraries come from the nvidia-* wheels).
@@ -117,37 +118,6 @@ def redist_archives(manifest: bytes, arch: str, name: str) -> tuple[str, list[di
              "sha256": entry["sha256"], "size": int(entry.get("size", 0))}
         )  # fmt: skip
     return data.get("release_label") or name.removeprefix("redistrib_").removesuffix(".json"), archives
-
-
-def _q(value: str) -> str:
-    return json.dumps(value)  # a TOML basic string is a JSON string for these values
-
-
-def render(lock: dict[str, Any]) -> str:
-    out = [
-        f"# CUDA {lock['cuda']} toolkit for {lock['platform']} (release {lock['release']}): every file with its",
-        "# published sha256. Written by tools/lock_cuda.py; install_cuda.py installs it. Do not edit by hand.",
-        f"schema = 1\ncuda = {_q(lock['cuda'])}\nplatform = {_q(lock['platform'])}\nrelease = {_q(lock['release'])}",
-    ]
-    if lock.get("redist"):
-        r = lock["redist"]
-        out.append(f"\n[redist]\nurl = {_q(r['url'])}\nmanifest = {_q(r['manifest'])}")
-        out.append(f"manifest_sha256 = {_q(r['manifest_sha256'])}")
-        out.append("pinned_by = [" + ", ".join(_q(s) for s in r["pinned_by"]) + "]")
-        out.append(f"copy = {_q(r.get('copy', ''))}")
-        if r.get("note"):
-            out.append(f"note = {_q(r['note'])}")
-    for a in lock.get("archive", []):
-        out.append(f"\n[[archive]]\ncomponent = {_q(a['component'])}\nversion = {_q(a['version'])}")
-        out.append(f"path = {_q(a['path'])}\nsha256 = {_q(a['sha256'])}\nsize = {a['size']}")
-    for w in lock.get("wheel", []):
-        out.append(f"\n[[wheel]]\nname = {_q(w['name'])}\nversion = {_q(w['version'])}\npart = {_q(w['part'])}")
-        out.append(f"file = {_q(w['file'])}\nsha256 = {_q(w['sha256'])}\nurl = {_q(w['url'])}")
-    out.append("\n[requirements]  # a catalog requirement line -> the locked wheels it stands for")
-    out += [f"{_q(k)} = [{', '.join(_q(p) for p in v)}]" for k, v in sorted(lock.get("requirements", {}).items())]
-    out.append("\n[unavailable]  # catalog lines with no wheel for this platform: refused at Validate")
-    out += [f"{_q(k)} = {_q(v)}" for k, v in sorted(lock.get("unavailable", {}).items())]
-    return "\n".join(out) + "\n"
 
 
 def read(cuda: str, arch: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wfbuild import compiler_cache, stage_env, toolkit
+from wfbuild import compiler_cache, stack_lock, stage_env, toolkit
 from wfbuild.stages import Stage
 
 if TYPE_CHECKING:
@@ -39,5 +39,6 @@ def install_toolkit(job: Job) -> bool:
     if job.run_one(stage, stage, "", {}) != "succeeded":
         return False
     cuda, platform_ = str(job.job["image"]["build_args"]["CUDA_VERSION"]), job.job["platform"]
-    job.cuda_home = toolkit.prefix_for(job.bundle, cuda, platform_, toolkit.requirements_of(job.job), root)
+    locks = stack_lock.folder(job.job, root)  # the stack's lock the stage fetched and byte-checked, if any
+    job.cuda_home = toolkit.prefix_for(job.bundle, cuda, platform_, toolkit.requirements_of(job.job), root, locks)
     return True

@@ -16,9 +16,15 @@ from packaging.utils import canonicalize_name
 # torch's own libraries: an extension links them, but they belong to the installed torch.
 TORCH_LIBS = ("libtorch*.so*", "libc10*.so*", "libshm*.so*")
 
-# The driver and the toolkit's libraries: from the nvidia-* wheels (or the driver), never bundled.
+# The NVIDIA driver's libraries: the user's machine has them, matching its kernel module; a copy in a wheel
+# would shadow it (and fail on any other driver). A build links the toolkit's stub (lib64/stubs/libcuda.so,
+# SONAME libcuda.so.1), and auditwheel would graft whatever libcuda.so.1 a host with a driver has: every job
+# excludes them, CPU ones too (a host-mode CPU cell can find a host's driver).
+DRIVER_LIBS = ("libcuda.so*", "libnvidia-ml.so*")
+
+# The toolkit's libraries: from the nvidia-* wheels, never bundled.
 CUDA_LIBS = (
-    "libcuda.so*",
+    *DRIVER_LIBS,
     "libcudart.so*",
     "libcublas*.so*",
     "libcudnn*.so*",
@@ -34,7 +40,6 @@ CUDA_LIBS = (
     "libnvToolsExt*.so*",
     "libnvshmem*.so*",
     "libnvperf*.so*",
-    "libnvidia-ml.so*",
 )
 
 _NVIDIA = re.compile(r"^nvidia-(?P<stem>[a-z0-9-]+?)(-cu(?P<major>[0-9]+))?$")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from wfbuild import reproducible, safety
-from wfbuild.libs import CUDA_LIBS, TORCH_LIBS, nvidia_rpaths
+from wfbuild.libs import CUDA_LIBS, DRIVER_LIBS, TORCH_LIBS, nvidia_rpaths
 from wfbuild.published_stages import published_stages
 from wfbuild.stage_base import CELL_TOOLS, Paths, Stage, cell_key, checkout, cp, source_stage, tool
 
@@ -47,7 +47,7 @@ def _repair_args(job: dict[str, Any], torch: bool) -> list[str]:
     # torch's libraries are never grafted: an extension or domain library takes them from the installed
     # torch, and inside the torch wheel itself they are already present (excluding them also spares
     # auditwheel a failed hunt for libc10.so on behalf of binaries whose RPATH misses torch/lib).
-    excludes = list(TORCH_LIBS) + (list(CUDA_LIBS) if cuda else [])
+    excludes = list(TORCH_LIBS) + (list(CUDA_LIBS) if cuda else list(DRIVER_LIBS))
     for pattern in excludes:
         args += ["--exclude", pattern]
     if not torch:

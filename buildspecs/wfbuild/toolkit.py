@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from wfbuild import stack_lock
 from wfbuild.envs import locked
 
 CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR", "CUDACXX", "CUDA_BIN_PATH")
@@ -44,28 +45,44 @@ def requirements_of(job: Mapping[str, Any]) -> list[str]:
     return [line for line in str(args.get("CUDA_REQUIREMENTS", "")).splitlines() if line.strip()]
 
 
-def prefix_for(bundle: Path, cuda: str, platform: str, requirements: list[str], root: Path) -> Path:
-    """Where (cuda, platform, requirements) is installed under ``root``: keyed by the lock's bytes."""
+def prefix_for(
+    bundle: Path, cuda: str, platform: str, requirements: list[str], root: Path, locks: Path | None = None
+) -> Path:
+    """Where (cuda, platform, requirements) is installed under ``root``: keyed by the lock's bytes and by
+    the installer's LAYOUT, so a toolkit made before the installer added something (the driver stub) is
+    never reused as if it had it."""
     tool = installer(bundle)
-    lock = tool.lock_path(cuda, platform)
+    lock = tool.lock_path(cuda, platform, locks)  # locks: a stack lock's folder (wfbuild.stack_lock), else the bundle's
     if not lock.is_file():
-        tool.load_lock(cuda, platform)  # raises the LockError naming what is locked
-    key = hashlib.sha256(lock.read_bytes() + "\n".join(sorted(requirements)).encode()).hexdigest()[:16]
+        tool.load_lock(cuda, platform, locks)  # raises the LockError naming what is locked
+    layout = f"\nlayout {tool.LAYOUT}".encode()
+    key = hashlib.sha256(lock.read_bytes() + "\n".join(sorted(requirements)).encode() + layout).hexdigest()[:16]
     return root / "toolkits" / f"cuda{cuda}-{platform}-{key}"
 
 
-def ensure(bundle: Path, cuda: str, platform: str, requirements: list[str], root: Path) -> Path:
+def ensure(
+    bundle: Path, cuda: str, platform: str, requirements: list[str], root: Path, locks: Path | None = None
+) -> Path:
     """CUDA_HOME for (cuda, platform, requirements), installed under ``root`` unless already there."""
     tool = installer(bundle)
-    prefix = prefix_for(bundle, cuda, platform, requirements, root)
+    prefix = prefix_for(bundle, cuda, platform, requirements, root, locks)
     with locked(root / "toolkits" / f"{prefix.name}.lock"):
         if (prefix / tool.MARKER).is_file():
             print(f"reusing CUDA {cuda} toolkit {prefix}", flush=True)
             return prefix
         if prefix.exists():  # a half-built one left by a killed job
             shutil.rmtree(prefix)
-        tool.install(cuda, platform, prefix, requirements)
+        tool.install(cuda, platform, prefix, requirements, locks)
     return prefix
+
+
+def _s3_get(bucket: str, key: str) -> bytes:
+    import boto3  # the build host's; only a job naming a stack lock needs it
+
+    body: bytes = (
+        boto3.client("s3", region_name=os.environ.get("AWS_REGION")).get_object(Bucket=bucket, Key=key)["Body"].read()
+    )
+    return body
 
 
 def stage_env(env: Mapping[str, str], cuda_home: Path) -> dict[str, str]:
@@ -74,7 +91,21 @@ def stage_env(env: Mapping[str, str], cuda_home: Path) -> dict[str, str]:
     out["CUDA_HOME"] = str(cuda_home)
     out["CUDACXX"] = str(cuda_home / "bin" / "nvcc")
     out["PATH"] = os.pathsep.join([str(cuda_home / "bin"), env.get("PATH", "/usr/bin:/bin")])
+    out["LIBRARY_PATH"] = link_path(cuda_home, env.get("LIBRARY_PATH", ""))
     return out
+
+
+def link_path(cuda_home: Path | str, current: str = "") -> str:
+    """LIBRARY_PATH with the toolkit's driver stubs last: ``-lcuda`` links where no driver is installed.
+
+    nvcc's own link adds lib64/stubs (nvcc.profile), but torch.utils.cpp_extension links a CUDAExtension
+    with the host compiler and gives it only ``-L<CUDA_HOME>/lib64``. gcc reads LIBRARY_PATH at link time
+    only, after every -L: the binary still names ``libcuda.so.1``, the user's driver, never the stub. Never
+    LD_LIBRARY_PATH: that is read at run time, where a stub would stand in for the driver.
+    """
+    stubs = os.path.join(str(cuda_home), "lib64", "stubs")
+    entries = [e for e in current.split(os.pathsep) if e and e != stubs]
+    return os.pathsep.join([*entries, stubs])
 
 
 def without_cuda(env: Mapping[str, str]) -> dict[str, str]:
@@ -104,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle = Path(__file__).resolve().parent.parent
     cuda = str(job["image"]["build_args"]["CUDA_VERSION"])
     try:
-        home = ensure(bundle, cuda, job["platform"], requirements_of(job), args.root)
+        locks = stack_lock.fetch(_s3_get, job["run"]["bucket"], job, cuda, job["platform"], args.root)
+        home = ensure(bundle, cuda, job["platform"], requirements_of(job), args.root, locks)
     except Exception as exc:  # the lock's own error (LockError), a download or pip failure: one line
         print(f"wfbuild.toolkit: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -85,6 +85,9 @@ def render(catalog: Catalog) -> str:
     for r in catalog.releases:
         for platform, cudas in (("x86_64", r.all_cuda), ("aarch64", r.aarch64_cuda)):
             for cuda in cudas:
+                if cuda not in catalog.cuda:  # no repository row: each deployment locks it (docs/watch.md)
+                    out.append(f"| {r.torch} | {cuda} | {platform} | the stack's | the stack's lock | — |")
+                    continue
                 tk = catalog.toolkit_for(r, cuda, platform)
                 env = " ".join(f"{k}={v}" for k, v in sorted(catalog.cuda_env(r, cuda, platform).items()))
                 pins = f"{len(tk.requirements)} pins" if tk.requirements else "none: no slim wheel"

@@ -131,7 +131,9 @@ def _index_serve(args: argparse.Namespace) -> int:
 
 
 LOCAL_COMMANDS = frozenset({"local"})
-USER_COMMANDS = frozenset({"start", "status", "runs", "logs", "fetch", "cancel", "index", "subscribe", "subscriptions"})
+USER_COMMANDS = frozenset(
+    {"start", "status", "runs", "logs", "fetch", "cancel", "index", "subscribe", "subscriptions", "toolkits"}
+)
 
 
 def _command_word(argv: Sequence[str] | None) -> str | None:

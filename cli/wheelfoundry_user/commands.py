@@ -18,6 +18,7 @@ from wheelfoundry_user.farm import Farm, aws_problem, default_stack
 from wheelfoundry_user.status import ENDED, render_runs, render_status, run_status, runs_list
 from wheelfoundry_user.subscriptions import add_subscription_commands, status_section
 from wheelfoundry_user.tables import table
+from wheelfoundry_user.toolkits import add_toolkit_commands
 from wheelfoundry_user.trust import add_trust_flags
 from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels
 
@@ -352,6 +353,7 @@ def add_user_commands(sub: Any, index_sub: Any) -> None:
     _common(public_key, json_flag=False)
     public_key.set_defaults(func=_guard(_public_key))
     add_subscription_commands(sub, _common, _guard)
+    add_toolkit_commands(sub, _common, _guard)
     listing = index_sub.add_parser("list", help="the index's channels, or a channel's wheels")
     listing.add_argument("channel", nargs="?")
     _common(listing)

@@ -31,7 +31,7 @@ class DerivedRelease:
     torch: str  # "2.15"
     versions: tuple[str, ...]  # the final patch releases published, oldest first: ("2.15.0",)
     python: tuple[str, ...]  # CPython versions with Linux wheels (free-threaded builds left out)
-    cuda: tuple[str, ...]  # CUDA variants with x86_64 wheels whose toolkit the catalog knows
+    cuda: tuple[str, ...]  # CUDA variants with x86_64 wheels (Validate plans those with a toolkit here)
     aarch64_cuda: tuple[str, ...]  # CUDA variants with aarch64 wheels, likewise
     sources: Mapping[str, str]  # fact -> the index URL it was read from
 

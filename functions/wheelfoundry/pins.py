@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from wheelfoundry import stack_toolkits
 from wheelfoundry.errors import Issue
 
 PIN_BASE = "pin it with `buildspecs/images/bump_base_images.py bump {}` where a registry is reachable, then redeploy"
@@ -105,3 +106,35 @@ def unbuildable(jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, A
         return []
     issues = [issue for job in jobs for issue in builder_issues(job, pins)]
     return issues + [issue for image in images for issue in runtime_issues(image, pins)]
+
+
+def stack_lock_issues(jobs: Iterable[Any], locks: Mapping[str, Mapping[str, str]]) -> list[Issue]:
+    """Container builds assemble CUDA in the builder image, from the bundle's locks only: a job whose lock is the
+    stack's (``toolkits/``, wheelfoundry.stack_toolkits) is refused by name; host builds install it."""
+    issues = []
+    for job in jobs:
+        if job.id in locks:
+            cuda = job.image.build_args.get("CUDA_VERSION")
+            why = (
+                f"job {job.id}: CUDA {cuda} on {job.platform} is locked by this stack's watcher "
+                f"({locks[job.id]['key']}), and container builds use only the build bundle's locks; deploy with "
+                "host builds (container builds off) or lock it in the repository (tools/lock_cuda.py), then redeploy"
+            )
+            issues.append(Issue("cuda", why, cuda))
+    return issues
+
+
+def job_locks(
+    jobs: Iterable[Any], record: Mapping[str, stack_toolkits.StackToolkit], bundle: Any
+) -> dict[str, dict[str, str]]:
+    """Job id -> ``{"key", "sha256"}`` for each CUDA job whose lock is the stack's (its contract's toolkit_lock)."""
+    found = {}
+    for job in jobs:
+        cuda = job.image.build_args.get("CUDA_VERSION") if getattr(job, "image", None) else None
+        if cuda and (
+            lock := stack_toolkits.contract_lock(
+                record, bundle if isinstance(bundle, Mapping) else None, cuda, job.platform
+            )
+        ):
+            found[job.id] = lock
+    return found

@@ -178,6 +178,21 @@ def _check_exclude(data: Mapping[str, Any], skip: set[str]) -> list[Issue]:
     return issues
 
 
+def _check_toolkits(data: Mapping[str, Any], resolved: list[Resolved], catalog: Catalog, skip: set[str]) -> list[Issue]:
+    """A CUDA version a torch release was published for, with no toolkit here: no catalog row and no approved
+    lock of the stack's watcher (a newer CUDA than this deployment: wheelfoundry.stack_toolkits)."""
+    usable = tuple(sorted((c for c, tk in catalog.cuda.items() if tk.requirements), key=Version))
+    issues = []
+    for i, cuda in _strs(data.get("cuda")):
+        where = f"cuda[{i}]"
+        if cuda == "cpu" or where in skip or cuda in catalog.cuda or not any(cuda in r.cuda for r in resolved):
+            continue  # one not offered for the release is refused above, by the release
+        why = f"CUDA {cuda} has no toolkit in this deployment yet (no catalog row, no approved lock of the stack's"
+        why += " watcher: wheelfoundry toolkits list)"
+        issues.append(Issue(where, why, cuda, usable))
+    return issues
+
+
 def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
     issues: list[Issue] = _check_build_env(data.get("build_env"))
     resolved: list[Resolved] = []
@@ -208,6 +223,7 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
                 continue
             if not exclusions.excluded(left_out, torch=r.spec, cuda=cuda):  # a cell asks for it
                 issues.append(Issue(where, f"CUDA {cuda} is not available for torch {r.spec}", cuda, ("cpu", *r.cuda)))
+    issues += _check_toolkits(data, resolved, catalog, skip)
     cudas = [c for _, c in _strs(data.get("cuda")) if c != "cpu"]
     platforms = [p for _, p in _strs(data.get("platforms"))]
     if "aarch64" in platforms:  # aarch64 CUDA cells build against upstream's aarch64 CUDA torch wheels

@@ -55,9 +55,12 @@ def _check_cuda(where: str, target: Mapping[str, Any], resolved: Resolved, catal
         return [Issue(f"{where}.cuda", why, cuda, offered)]
     if cuda not in resolved.cuda:
         return [Issue(f"{where}.cuda", f"CUDA {cuda} is not available for torch {resolved.spec}", cuda, resolved.cuda)]
-    toolkit = catalog.cuda[cuda]
+    toolkit = catalog.cuda.get(cuda)
+    usable = tuple(c for c in resolved.cuda if c in catalog.cuda and catalog.cuda[c].requirements)
+    if toolkit is None:  # a CUDA newer than the catalog: a stack locks it for extension builds only
+        why = f"CUDA {cuda} has no toolkit in the catalog, so torch cannot be built with it here"
+        return [Issue(f"{where}.cuda", why, cuda, usable)]
     if not toolkit.requirements:
-        usable = tuple(c for c in resolved.cuda if catalog.cuda[c].requirements)
         return [
             Issue(
                 f"{where}.cuda",

@@ -3,8 +3,9 @@
 - A torch release's extension-build facts: the catalog's row where it has one (what Validate accepts), else
   facts derived from the published wheels (wheelfoundry.upstream_index -> wheelfoundry.derived): its Pythons,
   and its variants per platform (cpu, each CUDA version) from PyTorch's index and PyPI's METADATA.
-- Whether this deployment can build a CUDA variant: the catalog's toolkit entry and the toolkit lock the
-  deployed bundle recorded (bundles/current.json ``pins.cuda``, wfbuild.pins); a missing one is named.
+- Whether this deployment can build a CUDA variant: the catalog's toolkit entry (or the stack's) and the
+  toolkit lock the deployed bundle recorded (bundles/current.json ``pins.cuda``, wfbuild.pins) or the watcher
+  wrote (wheelfoundry.stack_toolkits); a missing one is named.
 - The subscribed package's source: a PyPI sdist (pinned, or the newest final release), a git ref, an sdist.
 """
 
@@ -84,10 +85,10 @@ def release_facts(
         return ReleaseFacts(row.torch, spec, spec, row.python, variants)
     if Version(release.minor) < Version(catalog.newest_release().torch):  # between or before the catalog's rows
         return ReleaseFacts(release.minor, chosen, chosen, (), {}, problems=(f"torch {chosen}: {OLD}",))
-    return _derived_facts(release, chosen, catalog, pytorch_read)
+    return _derived_facts(release, chosen, pytorch_read)
 
 
-def _derived_facts(release: TorchRelease, chosen: str, catalog: Catalog, pytorch_read: bool) -> ReleaseFacts:
+def _derived_facts(release: TorchRelease, chosen: str, pytorch_read: bool) -> ReleaseFacts:
     problems: list[str] = []
     per_platform: dict[str, list[str]] = {"x86_64": [], "aarch64": []}
     for label, platforms in release.variants.items():
@@ -101,11 +102,8 @@ def _derived_facts(release: TorchRelease, chosen: str, catalog: Catalog, pytorch
         problems.append(
             f"torch {chosen}: PyTorch's index was not read, so of its variants only PyPI's is known ({seen})"
         )
-    for platform, variants in per_platform.items():
-        for cuda in [v for v in variants if v != "cpu" and v not in catalog.cuda]:
-            why = NO_TOOLKIT.format(cuda=cuda)
-            problems.append(f"torch {chosen}: {why}; its {platform} cells are left out")
-            variants.remove(cuda)
+    # Every CUDA variant upstream published is a fact of the release, with or without a toolkit here: the
+    # watcher may lock it (wheelfoundry.stack_toolkits), and lock_problem names each cell it cannot build.
     order = {
         p: tuple(sorted(set(v), key=lambda c: (c != "cpu", Version(c) if c != "cpu" else Version("0"))))
         for p, v in per_platform.items()
@@ -121,9 +119,21 @@ def _derived_facts(release: TorchRelease, chosen: str, catalog: Catalog, pytorch
     return ReleaseFacts(release.minor, chosen, chosen, release.python, order, derived, tuple(problems))
 
 
-def lock_problem(cuda: str, platform: str, catalog: Catalog, locks: Mapping[str, bool] | None) -> str | None:
+def lock_problem(
+    cuda: str,
+    platform: str,
+    catalog: Catalog,
+    locks: Mapping[str, bool] | None,
+    notes: Mapping[str, str] | None = None,
+) -> str | None:
     """Why this deployment cannot build CUDA ``cuda`` on ``platform``, then ``; `` and the fix (None: it can, or
-    the deployed bundle does not say: Validate decides)."""
+    the deployed bundle does not say: Validate decides). ``notes``: "<X.Y>-<platform>" -> what the watcher
+    knows better (a lock awaiting approval, one it could not write)."""
+    if notes and (note := notes.get(f"{cuda}-{platform}")):
+        return note
+    if cuda not in catalog.cuda and Version(cuda).major >= 13:  # its compiler is on PyPI: the watcher locks it
+        why = f"CUDA {cuda}: no toolkit for {platform} in this deployment (no catalog row, no lock of the stack's)"
+        return f"{why}; the stack's watcher locks CUDA 13+ itself on its tick (wheelfoundry toolkits list)"
     if cuda not in catalog.cuda:
         return NO_TOOLKIT.format(cuda=cuda) + "; add it (archs, default arch list), a lock, then redeploy"
     if locks is None:

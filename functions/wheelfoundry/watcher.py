@@ -51,6 +51,7 @@ class Upstream:
     packages: Mapping[str, tuple[PackageRelease, ...]] = field(default_factory=dict)
     pytorch_index_read: bool = True
     problems: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)  # torch version -> its PyPI Linux wheel's METADATA
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Stack:
     config: FarmConfig  # with the stack's guardrails
     locks: Mapping[str, bool] | None  # "13.0-x86_64" -> has a compiler; None: the deployment does not say
     context: StackContext = field(default_factory=StackContext)
+    notes: Mapping[str, str] = field(default_factory=dict)  # "13.2-x86_64" -> why not yet (watch_facts.lock_problem)
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def _cells(sub: Subscription, facts: ReleaseFacts, stack: Stack, unbuildable: di
         for variant in facts.variants.get(platform, ()):
             if not sub.wants(variant):
                 continue
-            if variant != "cpu" and (why := lock_problem(variant, platform, stack.catalog, stack.locks)):
+            if variant != "cpu" and (why := lock_problem(variant, platform, stack.catalog, stack.locks, stack.notes)):
                 unbuildable.setdefault(why, []).append(facts.version)
                 continue
             for python in facts.python:
@@ -195,6 +197,26 @@ def _follow(sub: Subscription, upstream: Upstream, coverage: Coverage, stack: St
         outcome.starts.append(name)
         outcome.planned.append(Start(sub.name, name, reason, request, tuple(sorted(cells)), copy, plan))
     return outcome
+
+
+def toolkits_needed(
+    subscriptions: Sequence[Subscription], upstream: Upstream, stack: Stack
+) -> dict[tuple[str, str], list[str]]:
+    """(CUDA, platform) -> the torch versions (newest first) of the cells the subscriptions want that lack a
+    toolkit the watcher can lock itself: CUDA 13 and later (its compiler is on PyPI; 11/12 take NVIDIA's redist
+    archives, pinned by hand), with no lock in the deployment or no catalog row, and no note about it yet."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for sub in subscriptions:
+        for release in upstream.torch:
+            facts = release_facts(release, sub.torch, stack.catalog, upstream.pytorch_index_read)
+            cells = [(c, p) for p in sub.platforms for c in (facts.variants.get(p, ()) if facts else ())]
+            for cuda, platform in cells:
+                name = f"{cuda}-{platform}"
+                if cuda == "cpu" or not sub.wants(cuda) or name in stack.notes or Version(cuda).major < 13:
+                    continue
+                if facts and (cuda not in stack.catalog.cuda or (stack.locks is not None and name not in stack.locks)):
+                    found.setdefault((cuda, platform), []).append(facts.version)
+    return {k: sorted(set(v), key=Version, reverse=True) for k, v in found.items()}
 
 
 def tick(

@@ -16,4 +16,5 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY wheelhouse/ /opt/wf/wheelhouse/
 RUN CUDA_VERSION="${CUDA_VERSION}" CUDA_REQUIREMENTS="${CUDA_REQUIREMENTS}" /opt/wf/scripts/install_cuda.sh
 ENV CUDA_HOME=/usr/local/cuda \
+    LIBRARY_PATH=/usr/local/cuda/lib64/stubs \
     PATH=/usr/local/cuda/bin:${PATH}

@@ -15,7 +15,8 @@ A download whose bytes differ from the lock is deleted and the install fails; a 
 does not hold fails before anything is downloaded. Wheels come through ``pip download --require-hashes``
 (so pip's configured index or mirror applies), archives over https (``WF_CUDA_REDIST_URL`` replaces the
 base URL, e.g. a file:// mirror). The result is the usual layout: bin/, include/, lib64/ (lib -> lib64),
-nvvm/, targets/<arch>-linux/{include,lib}, unversioned .so links for the linker, and wf-toolkit.json.
+nvvm/, targets/<arch>-linux/{include,lib}, unversioned .so links for the linker, the driver's link stub
+lib64/stubs/libcuda.so (the cudart archive's, else driver_stub.py's from the locked cuda.h), wf-toolkit.json.
 Python 3.11+, standard library only: it runs in the builder image and on a host-mode build machine.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform as platform_module
@@ -44,6 +46,7 @@ PLATFORMS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64
 TARGET_DIRS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}
 MERGED = ("bin", "include", "lib", "lib64", "nvvm", "share")  # what a wheel's nvidia/<part>/ contributes
 MARKER = "wf-toolkit.json"
+LAYOUT = 2  # what install() makes of a lock (2: + the driver stub); in host mode's cache key, so never stale
 
 
 class LockError(Exception):
@@ -230,6 +233,13 @@ def finish_layout(prefix: Path, platform: str) -> None:
             (targets / name).symlink_to(to)
 
 
+def driver_stub() -> Any:  # loaded by path: host mode loads this file by path too, off sys.path
+    spec = importlib.util.spec_from_file_location("wf_driver_stub", HERE / "driver_stub.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def install(
     cuda: str,
     platform: str,
@@ -259,6 +269,8 @@ def install(
             for path in fetch_wheels(wheels, platform, Path(downloads), python):
                 unpack_wheel(path, staging)
         finish_layout(staging, platform)
+        native = PLATFORMS.get(platform_module.machine().lower()) == platform  # the host's cc links for the host
+        stub = driver_stub().ensure(staging) if native else None
         record = {
             "cuda": cuda,
             "platform": platform,
@@ -266,6 +278,7 @@ def install(
             "lock_sha256": hashlib.sha256(lock_path(cuda, platform, locks).read_bytes()).hexdigest(),
             "archives": [f"{a['component']}=={a['version']}" for a in lock.get("archive", [])],
             "wheels": [f"{w['name']}=={w['version']}" for w in wheels],
+            **({"driver_stub": stub} if stub else {}),
         }
         (staging / MARKER).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         staging.rename(prefix)
@@ -281,11 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", required=True, type=Path, help="the CUDA_HOME to create")
     parser.add_argument("--platform", default=PLATFORMS.get(platform_module.machine().lower(), "x86_64"))
     parser.add_argument("--requirements", type=Path, help="a file of requirement lines (a job's nvidia-* pins)")
+    parser.add_argument("--locks", type=Path, help="the folder of cuda-<X.Y>-<platform>.toml (a stack's lock, checked)")
     args = parser.parse_args(argv)
     lines = args.requirements.read_text(encoding="utf-8").splitlines() if args.requirements else []
     try:
-        record = install(args.cuda, args.platform, args.prefix, lines)
-    except (LockError, subprocess.CalledProcessError, OSError) as exc:
+        record = install(args.cuda, args.platform, args.prefix, lines, args.locks)
+    except (LockError, subprocess.CalledProcessError, OSError, driver_stub().StubError) as exc:
         print(f"install_cuda: {exc}", file=sys.stderr)
         return 1
     print(

@@ -41,6 +41,11 @@ def summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, 
     lines = [
         f"subscription {record.get('subscription')}: run {report.get('run_id')} {outcome}",
         f"why it ran: {record.get('reason')}",
+        *(
+            f"toolkit locked by the watcher for it: CUDA {t.get('cuda')} {t.get('platform')} (release "
+            f"{t.get('release')}), sha256 {t.get('sha256')}, s3 key {t.get('key')}"
+            for t in record.get("toolkits") or []
+        ),
         f"built: {built} of {cells} cell(s)" + (f"; not built: {', '.join(map(str, missing))}" if missing else ""),
         f"published to channel {report.get('channel')}: {len(signed)} wheel(s)",
         *(f"  {wheel}" for wheel in signed),

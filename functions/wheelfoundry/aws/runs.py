@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from wheelfoundry import derived, quotas
+from wheelfoundry import derived, quotas, stack_toolkits
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.aws.timing import calibration_key, read_record
+from wheelfoundry.aws.toolkits import read_record as read_toolkits
 from wheelfoundry.buildenv import extension_cache_scope
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import FarmConfig, load_config
@@ -17,7 +18,7 @@ from wheelfoundry.derived import with_derived
 from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
 from wheelfoundry.jobs import Job, StackContext
 from wheelfoundry.model import ExtensionRequest
-from wheelfoundry.pins import unbuildable
+from wheelfoundry.pins import job_locks, stack_lock_issues, unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 
@@ -192,6 +193,10 @@ def validate(
     raw = event.get("request")
     if derived.wanted(raw, catalog):  # an extension on a torch release the catalog lacks: the watcher's facts
         catalog = with_derived(catalog, derived.read(s3, settings.bucket))
+    toolkits: dict[str, stack_toolkits.StackToolkit] = {}
+    if stack_toolkits.wanted(raw, catalog):  # a CUDA the catalog lacks: the watcher's locks and their rows
+        toolkits = read_toolkits(s3, settings.bucket)[0]
+        catalog = stack_toolkits.with_stack_toolkits(catalog, toolkits)
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(raw, catalog, config)
     check_source_location(request, settings)
@@ -207,6 +212,10 @@ def validate(
     values = {v.need.quota.code: v.value for v in verdicts}
     run_id = event["name"]
     # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
+    # A CUDA job whose lock is the stack's names it (key, sha256): the runner byte-checks what it downloads.
+    locks = job_locks(plan.jobs, toolkits, (pins or {}).get("cuda"))
+    if settings.container_builds and (issues := stack_lock_issues(plan.jobs, locks)):
+        raise RequestInvalid(issues)
     if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins)):
         raise RequestInvalid(issues)
     run = {
@@ -242,6 +251,8 @@ def validate(
             job_prefix = f"{prefix}/jobs/{job.id}/"
             role = settings.extension_job_role if trust_class(job) == "extension" else settings.framework_job_role
             contract = {"run": {**run, "prefix": job_prefix, "job_role_arn": role}, **job.to_dict()}
+            if job.id in locks and group == "jobs":
+                contract["toolkit_lock"] = locks[job.id]
             put(Bucket=settings.bucket, Key=f"{job_prefix}job.json", Body=json.dumps(contract, indent=2))
             summaries[group].append(job_summary(job, job_prefix, values))
     images = []

@@ -3,8 +3,9 @@
 Reads: the subscriptions (``subscriptions/*.json``), the channels' index states, the deployed bundle's toolkit
 locks (bundles/current.json), PyPI's simple API for torch and each pypi-sourced package (PEP 691 JSON),
 PyTorch's index for torch's variants, and the METADATA of a new release's PyPI wheel (PEP 658 where PyPI
-offers it, else its JSON API). Writes: ``watch/derived.json`` (facts of releases the catalog lacks, which
-Validate reads), the sdist of a pypi source under ``sources/pypi/`` (its sha256 checked against PyPI's),
+offers it, else its JSON API). Writes: ``toolkits/`` (a CUDA toolkit lock the cells need and nothing locks,
+wheelfoundry.aws.toolkits), ``watch/derived.json`` (facts of releases the catalog lacks, which Validate
+reads), the sdist of a pypi source under ``sources/pypi/`` (its sha256 checked against PyPI's),
 ``watch/runs/<execution>.json`` (which subscription and release a run serves: Report notifies from it),
 ``watch/last-tick.json``; and starts the executions. An upstream index that cannot be read is named in the
 tick's record; the tick goes on with what it could read.
@@ -23,6 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from wheelfoundry import derived
+from wheelfoundry.aws import toolkits
 from wheelfoundry.catalog import Catalog, load_catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.coverage import Coverage
@@ -30,6 +32,7 @@ from wheelfoundry.errors import RequestInvalid
 from wheelfoundry.index import STATE
 from wheelfoundry.jobs import StackContext
 from wheelfoundry.subscriptions import PREFIX, Subscription, parse_subscription
+from wheelfoundry.toolkit_row import FactsOf
 from wheelfoundry.upstream_index import SIMPLE_JSON, html_files, pypi_files, requires_dist_text, torch_releases
 from wheelfoundry.watch_facts import PackageRelease, locks_of, package_releases
 from wheelfoundry.watcher import Stack, Start, Tick, Upstream, tick
@@ -144,7 +147,7 @@ def read_upstream(fetch: Fetch, sources: Sources, subs: list[Subscription], cata
             except (FetchFailed, ValueError) as exc:
                 problems.append(f"{sub.package}: PyPI page not read ({exc})")
     releases = torch_releases(pypi, pytorch, metadata, cited)
-    return Upstream(tuple(releases), packages, pytorch is not None, tuple(problems))
+    return Upstream(tuple(releases), packages, pytorch is not None, tuple(problems), metadata)
 
 
 def copy_sdist(s3: Any, bucket: str, fetch: Fetch, start: Start) -> None:
@@ -184,9 +187,12 @@ def start_run(sfn: Any, state_machine_arn: str, start: Start) -> tuple[str, str]
     return "started", str(started["executionArn"])
 
 
-def run_record(start: Start, now: datetime) -> bytes:
-    """What Report needs to tell the subscription's maintainer about the run (watch/runs/<execution>.json)."""
+def run_record(start: Start, now: datetime, locked: list[dict[str, Any]] | None = None) -> bytes:
+    """What Report needs to tell the subscription's maintainer about the run (watch/runs/<execution>.json);
+    ``locked``: the toolkit locks this tick wrote that the run's cells use (the notification names them)."""
+    used = {(c[1], c[3]) for c in start.cells}
     body = {
+        "toolkits": [t for t in locked or [] if (t["cuda"], t["platform"]) in used],
         "subscription": start.subscription,
         "reason": start.reason,
         "cells": [dict(zip(("torch", "cuda", "python", "platform"), c, strict=True)) for c in start.cells],
@@ -214,6 +220,8 @@ class WatchSettings:
     sources: Sources = Sources()
     max_starts: int = 4  # runs one tick may start; the rest wait for the next tick (and are named)
     dry_run: bool = False
+    toolkit_approval: str = "auto"  # ToolkitApproval: "manual" records a new lock unapproved (its cells wait)
+    facts: FactsOf | None = None  # a new toolkit's row facts; None: stack_toolkits.assumed_facts (a stop-gap)
 
 
 def run_tick(s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, now: datetime) -> dict[str, Any]:
@@ -229,12 +237,17 @@ def run_tick(s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, now: date
         upstream = None
     if upstream is not None:
         coverage = read_coverage(s3, settings.bucket, {s.channel for s in subs})
-        stack = Stack(settings.bucket, catalog, settings.config, read_locks(s3, settings.bucket), settings.context)
+        base = Stack(settings.bucket, catalog, settings.config, read_locks(s3, settings.bucket), settings.context)
+        # The toolkits the cells need and nothing locks: locked and recorded first, so this tick plans them.
+        stack, written, problems = toolkits.learn(s3, fetch, settings, subs, upstream, base, now.isoformat())
+        record["problems"] += problems
         planned = tick(subs, upstream, coverage, stack)
         if planned.derived and not settings.dry_run:  # before any run: its Validate reads them
             write_derived(s3, settings.bucket, planned.derived)
         record.update(tick_record(upstream, planned))
-        record["runs"] = [_act(s3, sfn, fetch, settings, start, n, now) for n, start in enumerate(planned.starts)]
+        record["toolkits"] = locked = [toolkits.described(e, settings.dry_run) for e in written]
+        runs = enumerate(planned.starts)
+        record["runs"] = [_act(s3, sfn, fetch, settings, start, n, now, locked) for n, start in runs]
     if not settings.dry_run:
         s3.put_object(Bucket=settings.bucket, Key=TICK_KEY, Body=json.dumps(record, indent=2).encode())
     return record
@@ -264,7 +277,14 @@ def planned_run(start: Start) -> dict[str, Any]:
 
 
 def _act(
-    s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, start: Start, n: int, now: datetime
+    s3: Any,
+    sfn: Any,
+    fetch: Fetch,
+    settings: WatchSettings,
+    start: Start,
+    n: int,
+    now: datetime,
+    locked: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     run = planned_run(start)
     if n >= settings.max_starts:
@@ -275,6 +295,6 @@ def _act(
         copy_sdist(s3, settings.bucket, fetch, start)
     except FetchFailed as exc:
         return {**run, "status": f"not started: the sdist could not be copied ({exc})"}
-    s3.put_object(Bucket=settings.bucket, Key=f"{RUNS_PREFIX}{start.name}.json", Body=run_record(start, now))
+    s3.put_object(Bucket=settings.bucket, Key=f"{RUNS_PREFIX}{start.name}.json", Body=run_record(start, now, locked))
     status, arn = start_run(sfn, settings.state_machine_arn, start)
     return {**run, "status": status if status == "started" else f"already started ({status})", "execution": arn}

@@ -31,6 +31,7 @@ def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
         ),
         max_starts=int(rt.var("WF_WATCH_MAX_RUNS_PER_TICK", "4")),
         dry_run=event.get("dry_run") is True,
+        toolkit_approval="manual" if rt.var("WF_TOOLKIT_APPROVAL", "auto") == "manual" else "auto",
     )
     record = run_tick(rt.client("s3"), rt.client("stepfunctions"), urllib_fetch, settings, datetime.now(UTC))
     started = [r for r in record["runs"] if r.get("status") == "started"]

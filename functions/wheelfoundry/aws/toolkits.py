@@ -1,0 +1,141 @@
+"""The stack's toolkits in its bucket (wheelfoundry.stack_toolkits): read the record; and the watcher's part,
+lock each CUDA toolkit a followed release needs that the deployment has no lock for.
+
+A lock is resolved as tools/lock_cuda.py resolves it (wheelfoundry.toolkit_lock: NVIDIA's ``cuda-toolkit``
+metapackage for the compiler, each ``nvidia-*`` line the torch wheel's METADATA pins, each file's sha256 from
+the index's JSON), rendered by the same code (wheelfoundry.toolkit_lock_file), put under ``toolkits/`` by its
+digest and recorded in ``toolkits/index.json`` before any run is planned, so the tick that locks it also
+plans its cells. With ``ToolkitApproval=manual`` the lock is recorded unapproved: its cells wait, named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from wheelfoundry import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
+from wheelfoundry.stack_toolkits import INDEX_KEY, StackToolkit
+from wheelfoundry.subscriptions import Subscription
+from wheelfoundry.toolkit_row import FactsOf, upstream_or_assumed
+from wheelfoundry.watcher import Stack, Upstream, toolkits_needed
+
+WRITER = "the WheelFoundry watcher (wheelfoundry.aws.toolkits, as tools/lock_cuda.py wheels)"
+Get = toolkit_lock.Get
+
+
+def read_record(s3: Any, bucket: str) -> tuple[dict[str, StackToolkit], list[str]]:
+    """The record's valid entries and what was ignored; none where it was never written."""
+    try:
+        body = s3.get_object(Bucket=bucket, Key=INDEX_KEY)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return {}, []
+        return {}, [f"{INDEX_KEY} not read ({exc}): the stack's toolkits are not used this time"]
+    return stack_toolkits.parse(body)
+
+
+def put_lock(s3: Any, bucket: str, key: str, sha256: str, body: bytes) -> None:
+    """Put a lock at its content-addressed key, never over one (an existing key already holds these bytes)."""
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return
+    except ClientError:
+        pass
+    s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/toml", Metadata={"sha256": sha256})
+
+
+def write_record(s3: Any, bucket: str, record: Mapping[str, StackToolkit]) -> None:
+    s3.put_object(Bucket=bucket, Key=INDEX_KEY, Body=stack_toolkits.body(record), ContentType="application/json")
+
+
+def with_record(
+    stack: Stack, bundle: Mapping[str, bool] | None, record: Mapping[str, StackToolkit], notes: Mapping[str, str]
+) -> Stack:
+    """The stack as a tick plans with it: the record's approved rows and locks, and why others wait."""
+    return dataclasses.replace(
+        stack,
+        catalog=stack_toolkits.with_stack_toolkits(stack.catalog, record),
+        locks=stack_toolkits.locks_view(bundle, record),
+        notes={**stack_toolkits.waiting(record), **notes},
+    )
+
+
+def torch_lines(upstream: Upstream, cuda: str, versions: Sequence[str]) -> tuple[list[str], str, str]:
+    """(requirement lines, the torch version, where): the lines of the newest release whose PyPI wheel is a CUDA
+    ``cuda`` build; else none (the lock takes the metapackage's library extras) and that is said."""
+    for version in versions:
+        text = upstream.metadata.get(version)
+        if text and (lines := toolkit_lock.torch_lines(text, cuda)):
+            return lines, version, f"torch {version}'s PyPI wheel METADATA (Requires-Dist)"
+    return [], versions[0], f"no torch wheel read is a CUDA {cuda} build: cuda-toolkit's library extras"
+
+
+def lock_one(
+    index: toolkit_lock.SimpleIndex, upstream: Upstream, cuda: str, platform: str, versions: Sequence[str]
+) -> tuple[dict[str, Any], bytes, str, str]:
+    """(the lock, its bytes, why it was written, the torch version whose wheel it follows) for (cuda, platform);
+    ToolkitLockError where it cannot be."""
+    lines, version, where = torch_lines(upstream, cuda, versions)
+    found = toolkit_lock.resolve(index, cuda, platform, lines)
+    if not any(w.part == "compiler" for w in found.wheels):
+        raise toolkit_lock.ToolkitLockError(f"CUDA {cuda} {platform}: the resolution holds no compiler wheels")
+    lock = toolkit_lock_file.document(found)
+    body = toolkit_lock_file.render(lock, WRITER).encode()
+    reason = f"torch {', '.join(versions)} need CUDA {cuda} on {platform}; release {found.release}; lines: {where}"
+    return lock, body, reason, version
+
+
+def learn(
+    s3: Any,
+    get: Get,
+    settings: Any,  # aws.watch.WatchSettings: bucket, sources, toolkit_approval, facts, dry_run
+    subscriptions: Sequence[Subscription],
+    upstream: Upstream,
+    base: Stack,
+    now: str,
+) -> tuple[Stack, list[StackToolkit], list[str]]:
+    """Lock what the subscriptions' cells need (written unless a dry run); (the stack to plan with, the locks
+    written, problems). A toolkit that cannot be locked is named on its cells; the rest of the tick goes on."""
+    record, problems = read_record(s3, settings.bucket)
+    stack = with_record(base, base.locks, record, {})
+    needs = {k: v for k, v in toolkits_needed(subscriptions, upstream, stack).items() if f"{k[0]}-{k[1]}" not in record}
+    if not needs:
+        return stack, [], problems
+    index = toolkit_lock.SimpleIndex(get, settings.sources.pypi.rstrip("/") + "/simple/{}/")
+    facts: FactsOf = settings.facts or upstream_or_assumed(toolkit_facts.reader(get, base.catalog.cuda), base.catalog)
+    written, notes = [], {}
+    for (cuda, platform), versions in sorted(needs.items()):
+        try:
+            lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions)
+            found = facts(cuda, platform, version)  # the torch wheel built with it: where its facts are read
+        except (toolkit_lock.ToolkitLockError, OSError, ValueError, KeyError) as exc:
+            fix = f"run tools/lock_cuda.py wheels {cuda} --platform {platform}, then redeploy"
+            notes[f"{cuda}-{platform}"] = (
+                f"CUDA {cuda}: no lock for {platform}; the watcher could not write one ({exc}); {fix}"
+            )
+            continue
+        entry = stack_toolkits.entry(lock, body, found, settings.toolkit_approval != "manual", now, reason)
+        if not settings.dry_run:
+            put_lock(s3, settings.bucket, entry.key, entry.sha256, body)
+        written.append(entry)
+    record = stack_toolkits.merge(record, written)
+    if written and not settings.dry_run:  # after the locks: the record never names a key not yet there
+        write_record(s3, settings.bucket, record)
+    return with_record(base, base.locks, record, notes), written, problems
+
+
+def described(entry: StackToolkit, dry_run: bool) -> dict[str, Any]:
+    """A written lock as the tick record, the run record and the notification name it."""
+    return {
+        "cuda": entry.cuda,
+        "platform": entry.platform,
+        "release": entry.row.toolkit,
+        "key": entry.key,
+        "sha256": entry.sha256,
+        "approved": entry.approved,
+        "status": "would write" if dry_run else "written",
+        "sources": dict(entry.sources),
+    }

@@ -1,0 +1,137 @@
+"""Issue 64 item 1: the watcher locks a CUDA toolkit a release needs and nothing locks (moto's S3 and Step
+Functions, the recorded indexes of tests/fixtures/watch and tests/fixtures/toolkit_lock): the lock under
+toolkits/, toolkits/index.json, the cells planned in the same tick; ToolkitApproval=manual; Validate."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wheelfoundry_cli.watch_local import recorded
+
+from tests import test_watch_stack
+from tests.test_watch_stack import BUCKET, NOW, executions, recording, sdist, settings
+from tests.watch_support import RECORDED
+from wheelfoundry import stack_toolkits
+from wheelfoundry.aws.runs import ValidateSettings, validate
+from wheelfoundry.aws.watch import run_tick
+from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.toolkit_lock import ToolkitLockError
+from wheelfoundry_user.toolkits import approve
+
+SUB_132 = {"package": "wf-tiny-ext", "source": {"pypi": "latest"}, "torch": ">=2.15", "cuda": ["13.2"],
+           "python": ["3.12"], "channel": "ci"}  # fmt: skip
+REQUEST = {"framework": "extension", "name": "wf-tiny-ext", "torch": ["2.15.0"], "cuda": ["13.2"], "python": ["3.12"],
+           "source": {"s3": f"s3://{BUCKET}/sources/wf_tiny_ext-0.1.0.tar.gz"}}  # fmt: skip
+LOCK_RECORDING = RECORDED.parent / "toolkit_lock"
+aws = test_watch_stack.aws  # the moto stack: bucket with bundle pins (no 13.2 lock), state machine
+
+
+def upstream_with_nvidia(tmp_path: Path) -> Any:
+    """torch's pages and wf-tiny-ext's, plus PyPI's answers for cuda-toolkit and the nvidia-* projects."""
+    root = recording(tmp_path, sdist())
+    for part in ("pypi.org", "files.pythonhosted.org"):
+        shutil.copytree(LOCK_RECORDING / part, root / part, dirs_exist_ok=True)
+    return recorded(root)
+
+
+def follow_13_2(s3: Any) -> None:
+    s3.put_object(Bucket=BUCKET, Key="subscriptions/wf-tiny-ext.json", Body=json.dumps(SUB_132))
+
+
+def read(s3: Any, key: str) -> bytes:
+    body: bytes = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    return body
+
+
+def test_a_tick_locks_the_toolkit_a_new_release_needs_and_plans_its_cells(aws: Any, tmp_path: Path) -> None:
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    fetch = upstream_with_nvidia(tmp_path)
+    record = run_tick(s3, sfn, fetch, settings(machine), NOW)
+    (locked,) = record["toolkits"]
+    assert (locked["cuda"], locked["platform"], locked["release"], locked["status"]) == (
+        "13.2",
+        "x86_64",
+        "13.2.2",
+        "written",
+    )
+    body = read(s3, locked["key"])
+    assert hashlib.sha256(body).hexdigest() == locked["sha256"]
+    assert locked["key"] == f"toolkits/cuda-13.2-x86_64-{locked['sha256'][:16]}.toml"
+    assert b'"nvidia-cudnn-cu13==9.26.0.51"' in body  # torch 2.15.0's own pin, from its METADATA
+    index = json.loads(read(s3, stack_toolkits.INDEX_KEY))["toolkits"]["13.2-x86_64"]
+    assert index["key"] == locked["key"] and index["sha256"] == locked["sha256"] and index["approved"] is True
+    assert index["row"]["toolkit"] == "13.2.2" and index["sources"]["archs"].startswith("upstream not read")
+    # the recorded upstream holds no torch wheel bytes: the record says the row was assumed, and from where
+    assert "; assumed from CUDA 13.0's row" in index["sources"]["archs"]
+    # the same tick plans and starts the 13.2 cell; the run record names the lock for the notification
+    (run,) = record["runs"]
+    assert run["status"] == "started" and run["request"]["cuda"] == ["13.2"] and run["cells"] == 1
+    runs = json.loads(read(s3, f"watch/runs/{run['name']}.json"))
+    assert [(t["cuda"], t["sha256"]) for t in runs["toolkits"]] == [("13.2", locked["sha256"])]
+    # the next tick writes no second lock
+    again = run_tick(s3, sfn, fetch, settings(machine), NOW)
+    assert again["toolkits"] == [] and len(s3.list_objects_v2(Bucket=BUCKET, Prefix="toolkits/cuda-")["Contents"]) == 1
+
+
+def test_without_the_lock_step_nothing_is_planned_for_13_2(aws: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    from wheelfoundry.aws import toolkits
+
+    monkeypatch.setattr(toolkits, "lock_one", lambda *a: (_ for _ in ()).throw(ToolkitLockError("x")))
+    record = run_tick(s3, sfn, upstream_with_nvidia(tmp_path), settings(machine), NOW)
+    assert record["runs"] == [] and record["toolkits"] == []
+    (problem,) = [p for p in record["subscriptions"]["wf-tiny-ext"]["problems"] if p.startswith("CUDA 13.2")]
+    assert "the watcher could not write one (x)" in problem and "tools/lock_cuda.py wheels 13.2" in problem
+
+
+def test_manual_approval_holds_the_cells_until_approved(aws: Any, tmp_path: Path) -> None:
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    fetch = upstream_with_nvidia(tmp_path)
+    record = run_tick(s3, sfn, fetch, settings(machine, toolkit_approval="manual"), NOW)
+    (locked,) = record["toolkits"]
+    assert locked["approved"] is False and record["runs"] == [] and executions(sfn, machine) == []
+    problems = record["subscriptions"]["wf-tiny-ext"]["problems"]
+    assert any("awaiting approval: wheelfoundry toolkits approve 13.2 --platform x86_64" in p for p in problems)
+    again = run_tick(s3, sfn, fetch, settings(machine, toolkit_approval="manual"), NOW)
+    assert again["runs"] == [] and again["toolkits"] == []  # still waiting; no second lock
+    entries, _ = stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))
+    (flipped,) = approve(s3, BUCKET, entries, "13.2", ["x86_64"])
+    assert flipped.approved and flipped.sha256 == locked["sha256"]
+    approved = run_tick(s3, sfn, fetch, settings(machine, toolkit_approval="manual"), NOW)
+    (run,) = approved["runs"]
+    assert run["status"] == "started" and run["request"]["cuda"] == ["13.2"]
+
+
+def test_validate_takes_13_2_only_once_the_stack_has_its_lock(aws: Any, tmp_path: Path) -> None:
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    event = {"request": REQUEST, "name": "r1", "execution": "arn:aws:states:us-east-1:1:execution:wf-build:r1"}
+    checks = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=False)
+    s3.put_object(Bucket=BUCKET, Key="watch/derived.json", Body=b'{"format": 1, "releases": []}')
+    with pytest.raises(RequestInvalid, match=r"torch 2\.15 is not in the compatibility catalog"):
+        validate(event, s3, checks, date(2026, 11, 27))
+    # torch 2.14.1 is in the catalog, its 13.2 variant too: refused by the field and value until a lock exists
+    older = {**event, "request": {**REQUEST, "torch": ["2.14.1"]}}
+    with pytest.raises(RequestInvalid) as refused:
+        validate(older, s3, checks, date(2026, 11, 27))
+    (issue,) = refused.value.issues
+    assert issue.path == "cuda[0]" and issue.value == "13.2" and "no toolkit in this deployment" in issue.message
+    record = run_tick(s3, sfn, upstream_with_nvidia(tmp_path), settings(machine), NOW)  # writes the lock
+    (locked,) = record["toolkits"]
+    out = validate(event, s3, checks, date(2026, 11, 27))
+    (job,) = out["jobs"]
+    contract = json.loads(read(s3, f"runs/r1/jobs/{job['id']}/job.json"))
+    assert contract["toolkit_lock"] == {"key": locked["key"], "sha256": locked["sha256"]}
+    assert contract["image"]["build_args"]["CUDA_VERSION"] == "13.2"
+    container = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=True)
+    with pytest.raises(RequestInvalid, match=r"container builds use only the build bundle's locks"):
+        validate({**event, "name": "r2"}, s3, container, date(2026, 11, 27))
