@@ -57,6 +57,7 @@ def _one_botocore_loader() -> None:
 # Measured seconds per test (tools/test_durations.py writes it from a JUnit report of a whole run).
 DURATIONS = Path(__file__).with_name("durations.json")
 UNMEASURED = 30.0  # a test not measured yet: a middling guess, so a new heavy test neither starts first nor last
+HEAVY_TIMEOUT = 3600.0  # seconds: within the gate's 90 minutes, past any build-and-rebuild test on slow cores
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,6 +65,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     so a long build starts while the others run, never alone at the end of the session. A module's tests
     stay together in their own order: interleaving modules would tear down and rebuild module-scoped
     fixtures (a built library, a deployed stack) between their tests (stable: ties keep file order)."""
+    for item in items:
+        heavy_hang_guard(item)
     try:
         seconds: dict[str, float] = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):
@@ -73,6 +76,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.nodeid.split("::", 1)[0]
         longest[module] = max(longest.get(module, 0.0), seconds.get(item.nodeid, UNMEASURED))
     items.sort(key=lambda item: -longest[item.nodeid.split("::", 1)[0]])
+
+
+def heavy_hang_guard(item: pytest.Item) -> None:
+    """A heavy test's timeout is a hang guard, never a speed check: at least HEAVY_TIMEOUT, whatever its mark
+    or pyproject's 600 s says. A module fixture's builds count towards its first test's time, and on slower,
+    busier cores (make test-heavy-slow) a build-and-rebuild test passed 600 s doing exactly what it should."""
+    if item.get_closest_marker("heavy") is None:
+        return
+    marked = item.get_closest_marker("timeout")
+    if marked is None or not marked.args or float(marked.args[0]) < HEAVY_TIMEOUT:
+        item.add_marker(pytest.mark.timeout(HEAVY_TIMEOUT), append=False)
 
 
 def in_ci() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,41 @@ def test_off_ci_a_skip_is_a_skip(tmp_path: Path) -> None:
     proc = _run(tmp_path, "")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "1 passed, 2 skipped" in proc.stdout
+
+
+HANG_PROBE = """import pytest
+
+@pytest.mark.heavy
+def test_heavy_unmarked(request):
+    print("TIMEOUT", request.node.nodeid, request.node.get_closest_marker("timeout").args)
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_heavy_short_mark(request):
+    print("TIMEOUT", request.node.nodeid, request.node.get_closest_marker("timeout").args)
+
+@pytest.mark.heavy
+@pytest.mark.timeout(5000)
+def test_heavy_long_mark(request):
+    print("TIMEOUT", request.node.nodeid, request.node.get_closest_marker("timeout").args)
+
+def test_quick(request):
+    print("TIMEOUT", request.node.nodeid, request.node.get_closest_marker("timeout"))
+"""
+
+
+def test_a_heavy_tests_timeout_is_a_hang_guard_of_at_least_an_hour(tmp_path: Path) -> None:
+    (tmp_path / "test_probe.py").write_text(HANG_PROBE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    heavy: heavy\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    argv += ["-p", "tests.conftest", "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    said = dict(re.findall(r"TIMEOUT (\S+) (.*)", proc.stdout))  # pytest's progress dots share the lines
+    assert said == {
+        "test_probe.py::test_heavy_unmarked": "(3600.0,)",
+        "test_probe.py::test_heavy_short_mark": "(3600.0,)",
+        "test_probe.py::test_heavy_long_mark": "(5000,)",
+        "test_probe.py::test_quick": "None",
+    }, proc.stdout[-2000:]
