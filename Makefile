@@ -111,6 +111,8 @@ lint: $(STAMP) $(SAM_HOME)/.installed $(CHECKOV_HOME)/.installed
 	$(BIN)/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 $(SAM) validate --lint --region us-east-1
 	$(BIN)/statelint --ignore=URI statemachine/build.asl.json
+	# CloudFront Functions against the cloudfront-js-2.0 runtime's documented rules (QuickJS accepts more).
+	$(BIN)/python tools/lint_cloudfront_js.py template.yaml
 	find buildspecs examples -name '*.sh' -print0 | xargs -0 -r $(BIN)/shellcheck
 	find buildspecs -name '*.Dockerfile' -print0 | xargs -0 -r -n1 $(BIN)/hadolint
 	# Offline and quiet: no policy download, no platform API; every skip carries its reason in the file.

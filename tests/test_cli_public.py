@@ -22,7 +22,8 @@ from tests.helpers import http_get
 from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
 from wheelfoundry import provenance
 from wheelfoundry.edge import Edge
-from wheelfoundry.index import publish_index
+from wheelfoundry.errors import PublishedNameReused
+from wheelfoundry.index import STATE, publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.edge import LocalEdge, serving_edge
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401
@@ -73,6 +74,9 @@ def tamper(aws: EmbeddedAws, stack: DeployedStack) -> None:  # noqa: F811
     evil = BODY + b"evil"
     key = f"wheels/ci/wf-tiny-ext/{WHEEL}"
     s3.put_object(Bucket=bucket, Key=key, Body=evil, Metadata={"sha256": hashlib.sha256(evil).hexdigest()})
+    with pytest.raises(PublishedNameReused, match=f"{WHEEL}: channel 'ci' published it with sha256"):
+        publish_index(s3, bucket, "ci")  # the farm never puts new bytes under a published name ...
+    s3.delete_object(Bucket=bucket, Key=f"simple/ci/{STATE}")  # ... but a bucket writer can forget it did
     publish_index(s3, bucket, "ci")
     for invalidated in ("/simple/ci/*", f"/{key.replace('+', '%2B')}"):  # the pages as PublishIndex would
         aws.client("cloudfront").create_invalidation(

@@ -35,7 +35,7 @@ def test_the_modules_with_the_longest_tests_run_first_each_kept_together(
     durations.write_text(json.dumps(measured))
     monkeypatch.setattr(conftest, "DURATIONS", durations)
     names = ("m.py::a", "n.py::d", "m.py::b", "o.py::c", "p.py::e", "p.py::f")
-    items: list[Any] = [SimpleNamespace(nodeid=n) for n in names]
+    items: list[Any] = [SimpleNamespace(nodeid=n, get_closest_marker=lambda name: None) for n in names]
     conftest.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
     # m holds the longest test (300 s), p the next (40 s), o is unmeasured (a middling 30 s), n 1 s; inside
     # a module the file's order holds, so its module-scoped fixtures are built once

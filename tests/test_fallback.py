@@ -112,8 +112,21 @@ def test_the_fallback_withdraws_the_merged_pass_and_stages_the_cells_for_new_tes
     assert all(w["key"].startswith(f"{prefix}staged/") for w in second["wheels"])
     contract = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{prefix}job.json")["Body"].read())
     assert contract["id"] == retest and contract["run"]["prefix"] == prefix
-    # Only what this run's merged pass created left the channel; the first pass's records stay readable.
-    assert _keys(s3, "wheels/ci/") == ["wheels/ci/my-ext/my_ext-0.9-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    # Only what this run's merged pass created is yanked (PEP 592): its bytes stay, beside the reason; an
+    # earlier run's wheel is untouched; the first pass's records stay readable.
+    assert _keys(s3, "wheels/ci/") == sorted(
+        [
+            channel,
+            f"{channel}.metadata",
+            f"{channel}.yanked",
+            "wheels/ci/my-ext/my_ext-0.9-cp311-cp311-manylinux_2_28_x86_64.whl",
+        ]
+    )
+    assert s3.get_object(Bucket=BUCKET, Key=channel)["Body"].read() == b"merged bytes"
+    reason = s3.get_object(Bucket=BUCKET, Key=f"{channel}.yanked")["Body"].read().decode()
+    assert reason == "run run-1: the merged wheel failed the test of its published bytes " + (
+        "(my-ext-test-cp311-x86_64: ImportError: gone)"
+    )
     assert f"{TEST['prefix']}result.json" in _keys(s3, TEST["prefix"])
     record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/run-1/fallback.json")["Body"].read())
     assert record == {

@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from wheelfoundry.aws.results import collect
-from wheelfoundry.errors import ManifestInvalid
+from wheelfoundry.errors import ManifestInvalid, PublishedNameReused
 
 BUCKET = "wf-collect-test"
 PREFIX = "runs/run1/jobs/wf-tiny-ext-cpu/"
@@ -164,3 +164,16 @@ def test_a_hostile_build_cannot_get_bytes_published_for_another_job(s3: Any) -> 
     own["wheels"].pop()
     assert collect(_event(own), s3)["published"] == [WHEEL]
     assert _published(s3) == [f"wheels/release/wf-tiny-ext/{WHEEL}", f"wheels/release/wf-tiny-ext/{WHEEL}.metadata"]
+
+
+def test_a_name_the_channel_ever_published_never_gets_other_bytes(s3: Any) -> None:
+    """Gone from the bucket is not gone from users' caches: the index state remembers the name (issue 65)."""
+    dest = f"wheels/release/wf-tiny-ext/{WHEEL}"
+    state = {"format": 1, "wheels": {}, "published": {dest: "0" * 64}}
+    s3.put_object(Bucket=BUCKET, Key="simple/release/.index-state.json", Body=json.dumps(state))
+    with pytest.raises(PublishedNameReused, match=rf"{WHEEL}: channel 'release' published it with sha256 0{{64}}"):
+        collect(_event(_build(s3)), s3)
+    assert _published(s3) == []
+    state["published"] = {dest: SHA}  # the same bytes may come back
+    s3.put_object(Bucket=BUCKET, Key="simple/release/.index-state.json", Body=json.dumps(state))
+    assert collect(_event(_build(s3)), s3)["published"] == [WHEEL]

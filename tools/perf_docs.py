@@ -51,6 +51,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "this machine's cores: two CPU probes, to compare gate timings across machines",
         "bench/machine_speed.py",
     ),
+    "release_day_plan": (
+        "release day's plan: a torch newer than the catalog for two real subscriptions, every variant and Python",
+        "bench/release_day_plan.py",
+    ),
     "unit_costs": (
         "one compile of each C++ and CUDA unit the tests build, and of each torch header they choose between",
         "bench/unit_costs.py",

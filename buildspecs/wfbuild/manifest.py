@@ -109,10 +109,11 @@ def _cells(job: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def device_code(meta: Path) -> dict[str, Any]:
-    """Each CUDA cell's device code (wfbuild.devicecode's records), by cell id."""
+def device_code(meta: Path, folder: str = "devicecode") -> dict[str, Any]:
+    """Each CUDA cell's device code (wfbuild.devicecode's records), by cell id; ``folder="abi"``: each cell's
+    ABI reading (wfbuild.abi: per compiled file stable or per-torch, its floor, the symbols that decided)."""
     out: dict[str, Any] = {}
-    for path in sorted((meta / "devicecode").glob("*.json")):
+    for path in sorted((meta / folder).glob("*.json")):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -126,6 +127,7 @@ def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]
     out = []
     cells = _cells(job or {})
     held = device_code(work / "meta")
+    abi = device_code(work / "meta", "abi")
     found = [*(work / "dist" / "wheels").glob("*/cp*/*.whl"), *(work / "dist" / "wheels").glob("*/cp*/torch*/*.whl")]
     for path in sorted(found):
         info = wheelfile.info(path)
@@ -151,6 +153,9 @@ def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]
             record = held.get((cell or {}).get("id", ""))
             if record:  # what its CUDA cell compiled, per file (the signed provenance carries it too)
                 entry["device_code"] = {k: record.get(k) for k in ("sass", "ptx", "files", "serves")}
+            reading = abi.get((cell or {}).get("id", ""))
+            if reading:  # what its compiled files import: stable ABI (and the torch floor) or per-torch
+                entry["abi"] = {k: reading.get(k) for k in ("stable", "floor", "target", "target_from", "files")}
         out.append(entry)
     return out
 
@@ -187,25 +192,29 @@ def build_manifest(work: Path) -> dict[str, Any]:
     stages_path = meta / "stages.json"
     stages = json.loads(stages_path.read_text(encoding="utf-8")) if stages_path.exists() else []
     built = wheels(work, job)
-    return {
-        "schema": SCHEMA,
-        "job_id": job["id"],
-        "kind": job["kind"],
-        "target": job.get("target"),
-        "run": job.get("run", {}),
-        "status": status(job, built, stages),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "image": job.get("image"),
-        "wheels": built,
-        "sources": sources(job, meta),
-        "toolchain": toolchain(work),
-        "flags": {"job": job.get("env", {}), "packages": {p["name"]: p.get("env", {}) for p in job["packages"]}},
-        "requirements": job.get("requirements", []),
-        "stages": [{k: v for k, v in s.items() if k != "log_tail"} for s in stages],
-        "failures": failures(stages),
-        "missing_cells": missing_cells(job, built),
-        "reproducibility": reproducible.record(meta, (job["packages"] or [{}])[0].get("name"), job["kind"]),
-    } | ({"device_code": device_code(meta)} if job.get("cuda") and job["kind"] == "extension" else {})
+    return (
+        {
+            "schema": SCHEMA,
+            "job_id": job["id"],
+            "kind": job["kind"],
+            "target": job.get("target"),
+            "run": job.get("run", {}),
+            "status": status(job, built, stages),
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "image": job.get("image"),
+            "wheels": built,
+            "sources": sources(job, meta),
+            "toolchain": toolchain(work),
+            "flags": {"job": job.get("env", {}), "packages": {p["name"]: p.get("env", {}) for p in job["packages"]}},
+            "requirements": job.get("requirements", []),
+            "stages": [{k: v for k, v in s.items() if k != "log_tail"} for s in stages],
+            "failures": failures(stages),
+            "missing_cells": missing_cells(job, built),
+            "reproducibility": reproducible.record(meta, (job["packages"] or [{}])[0].get("name"), job["kind"]),
+        }
+        | ({"device_code": device_code(meta)} if job.get("cuda") and job["kind"] == "extension" else {})
+        | ({"abi": device_code(meta, "abi")} if job["kind"] == "extension" else {})
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

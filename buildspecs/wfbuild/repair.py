@@ -2,7 +2,7 @@
 
 ``python -m wfbuild.repair --in-dir RAW --out-dir OUT --plat manylinux_2_28_x86_64
 [--exclude PATTERN ...] [--lib-path DIR ...] [--expect-bundled LIB ...] [--require REQ ...]
-[--rpath ENTRY ...] [--local-label LABEL] [WHEEL ...]``
+[--rpath ENTRY ...] [--local-label LABEL] [--pin-torch VERSION] [WHEEL ...]``
 
 1. ``--local-label``: the version gets ``+<label>`` (``wheel pack --local-version``).
 2. ``auditwheel repair --plat P --only-plat``: bundles what the wheel needs from the build image
@@ -13,6 +13,9 @@
 3. ``--require``: Requires-Dist entries the wheel must carry (slim CUDA torch: the nvidia-*
    wheels); missing ones are added. ``--rpath``: RPATH entries added to the wheel's own shared
    libraries (slim CUDA torch finds the nvidia-* libraries in site-packages through them).
+   ``--pin-torch 2.11.0``: a cell wheel requires the torch minor it was built against
+   (``torch>=2.11,<2.12``, replacing its own torch requirement), so a resolver refuses it beside another
+   torch rather than the import failing; added here, before smoke and every test of these bytes.
 4. ``--expect-bundled``: fail unless the wheel contains a library of that name.
 5. The archive is rewritten deterministically (wfbuild.reproducible.normalize, SOURCE_DATE_EPOCH).
 
@@ -54,6 +57,7 @@ class Options:
     rpaths: list[str] = field(default_factory=list)
     local_label: str | None = None
     slim: bool = False  # a slim wheel: no file matching an --exclude pattern may end up inside
+    pins: list[str] = field(default_factory=list)  # Requires-Dist lines that replace the wheel's own
 
 
 def slim_violations(wheel: Path, patterns: list[str]) -> list[str]:
@@ -183,8 +187,11 @@ def repair_one(wheel: Path, out_dir: Path, opts: Options) -> Path:
                 )
             current = _auditwheel(current, Path(tmp) / "audited", opts)
         missing = wheelfile.missing_requirements(wheelfile.info(current).requires_dist, opts.requires)
-        if missing or opts.rpaths:
+        if missing or opts.rpaths or opts.pins:
             with wheelfile.rewrite(current, Path(tmp) / "fixed") as root:
+                for pin in opts.pins:
+                    if wheelfile.pin_requirement(root, pin):
+                        print(f"{current.name}: Requires-Dist {pin}", flush=True)
                 if missing:
                     print(f"{current.name}: adding Requires-Dist {', '.join(missing)}", flush=True)
                     wheelfile.add_requirements(root, missing)
@@ -220,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require", action="append", default=[])
     parser.add_argument("--rpath", action="append", default=[])
     parser.add_argument("--local-label")
+    parser.add_argument("--pin-torch", metavar="VERSION", help="require this torch minor (a cell wheel)")
     parser.add_argument("--slim", action="store_true", help="fail if any --exclude library is inside the wheel")
     args = parser.parse_args(argv)
     wheels = list(args.wheels) + (sorted(args.in_dir.glob("*.whl")) if args.in_dir else [])
@@ -230,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         plat, args.exclude, args.lib_path, args.expect_bundled, args.require, args.rpath, args.local_label, args.slim
     )
+    opts.pins = [wheelfile.torch_pin(args.pin_torch)] if args.pin_torch else []
     for wheel in wheels:
         try:
             final = repair_one(wheel, args.out_dir, opts)

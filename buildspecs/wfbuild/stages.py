@@ -90,6 +90,7 @@ def _post(
         smoke_dir = f"{smoke_dir}/{cell['id']}"
         if ext.get("label_wheels", True):
             repair += ["--local-label", safety.check(safety.LABEL, cell["local_label"], "extension.cells.local_label")]
+        repair += ["--pin-torch", cell["torch_version"]]  # torch>=X.Y,<X.Y+1 in the bytes smoke and tests see
     smoke = ["--python", python, "--wheel-dir", wheels, "--work-dir", smoke_dir]
     needs: tuple[str, ...] = ()
     if torch:
@@ -206,7 +207,7 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
         build = Stage(
             f"build-{cid}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,), group=cid
         )
-        stages += [env_stage, build]
+        stages += [env_stage, build, _abi(p, cell, name, src, build.name)]
         built = build.name
         if job.get("cuda"):  # the device code is read before anything of the cell is repaired, tested or published
             check = _device_code(p, job, cell, name, src, build.name)
@@ -214,6 +215,18 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
             built = check.name
         stages += _post(p, job, name, python, built, False, cell)
     return stages
+
+
+def _abi(p: Paths, cell: dict[str, Any], name: str, src: str, built: str) -> Stage:
+    """wfbuild.abi: what the cell's compiled files import (stable ABI or per-torch, the floor), recorded under
+    meta/abi/ for the manifest; it refuses nothing, so the cell's later stages do not wait on it."""
+    cid, key = cell["id"], cell_key(cell)
+    argv = tool(
+        "abi",
+        *("--in-dir", f"{p.raw(name, cell['python'])}/{key}", "--cell", cid, "--torch-version", key[len("torch") :]),
+        *("--env-dir", _cell_env(p, cell), "--out", f"{p.work}/meta/abi/{cid}.json", "--src", src),
+    )
+    return Stage(f"abi-{cid}", argv, {}, name, cell["python"], False, needs=(built,), group=cid, offline=True)
 
 
 def _device_code(p: Paths, job: dict[str, Any], cell: dict[str, Any], name: str, src: str, built: str) -> Stage:

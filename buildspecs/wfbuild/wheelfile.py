@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from wfbuild.safety import LABEL, check
 
@@ -169,3 +170,32 @@ def add_requirements(root: Path, requirements: list[str]) -> None:
     head, sep, body = text.partition("\n\n")
     lines = "".join(f"\nRequires-Dist: {Requirement(r)}" for r in requirements)
     meta_path.write_text(head.rstrip("\n") + lines + (sep + body if sep else "\n"), encoding="utf-8")
+
+
+def pin_requirement(root: Path, requirement: str) -> bool:
+    """Make ``requirement`` the wheel's only unconditional Requires-Dist of its project (a cell wheel's
+    ``torch>=2.11,<2.12``: the resolver refuses it beside another torch). False: METADATA had it already."""
+    wanted = Requirement(requirement)
+    meta_path = _tree_dist_info(root) / "METADATA"
+    text = meta_path.read_text(encoding="utf-8")
+    head, sep, body = text.partition("\n\n")
+    kept = []
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Requires-Dist":
+            have = Requirement(value.strip())
+            if canonicalize_name(have.name) == canonicalize_name(wanted.name) and have.marker is None:
+                if str(have) == str(wanted):
+                    return False
+                continue  # an unpinned (or otherwise pinned) torch gives way; one with a marker (an extra) stays
+        kept.append(line)
+    kept.append(f"Requires-Dist: {wanted}")
+    meta_path.write_text("\n".join(kept) + "\n" + (sep + body if sep else "\n"), encoding="utf-8")
+    return True
+
+
+def torch_pin(torch_version: str) -> str:
+    """``torch>=2.11,<2.12``: the torch minor a cell wheel was built against (wheelfoundry.merge's rule for one
+    release; the Lambda package is not in the bundle, so tests hold the two equal)."""
+    major, minor = Version(torch_version).release[:2]
+    return f"torch>={major}.{minor},<{major}.{minor + 1}"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wheelfoundry import stack_toolkits
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, RequestInvalid
@@ -22,6 +23,7 @@ from wheelfoundry.pins import unbuildable
 from wheelfoundry.planning import plan_request
 from wheelfoundry.request import parse_request
 from wheelfoundry_cli.catalog_commands import add_catalog_commands
+from wheelfoundry_cli.newer_torch import Found, catalog_for, newer_minors
 from wheelfoundry_cli.quota_check import add_quota_flags, quota_lines
 from wheelfoundry_cli.render import render_dry_run, render_plan
 from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
@@ -30,6 +32,8 @@ from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 def _plan_command(args: argparse.Namespace) -> int:
     raw = build_raw_request(args, os.environ)
     catalog, config = load_catalog(), load_config()
+    newer = _newer_torch(args, raw, catalog, config)  # None: the catalog has every torch named
+    catalog = newer.catalog if newer else catalog
     record = _calibration(args.calibration)
     profile = _source_profile(args.source)
     plan: Plan = plan_request(parse_request(raw, catalog, config), catalog, config, record=record, profile=profile)
@@ -47,11 +51,29 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(render_plan(plan, explain=args.explain) + size_lines)
     if not args.json:
         print("\n" + "\n".join(checked))
+        if newer:
+            minors = ", ".join(newer_minors(raw, load_catalog()))
+            print(f"\nnote: torch {minors} is newer than the catalog: facts from {newer.where}")
     toolkits = {f"{j.image.build_args['CUDA_VERSION']}-{j.platform}" for j in plan.jobs if j.cuda}
-    if not args.json and (issues := unbuildable(plan.jobs, plan.images, checkout_pins(toolkits))):
+    pins = stack_toolkits.with_stack_pins(checkout_pins(toolkits), newer.record if newer else {})  # as Validate
+    if not args.json and (issues := unbuildable(plan.jobs, plan.images, pins)):
         print(f"\nnote: a stack deployed from this checkout would refuse {len(issues)} image(s) (docs/security.md §5):")
         print("\n".join(f"  - {issue}" for issue in issues))
     return 0
+
+
+def _newer_torch(args: argparse.Namespace, raw: Any, catalog: Any, config: Any) -> Found | None:
+    """A torch release newer than the catalog (an extension request): its facts from --stack, else upstream."""
+    if not newer_minors(raw, catalog):
+        return None  # no AWS or network for a request the catalog answers
+    from wheelfoundry.aws.watch import Sources, urllib_fetch
+
+    farm = None
+    if args.stack:
+        from wheelfoundry_user.farm import Farm
+
+        farm = Farm(args.stack, endpoint_url=args.endpoint_url, region=args.region)
+    return catalog_for(raw, catalog, config, farm, urllib_fetch, Sources(args.pypi_url, args.pytorch_url))
 
 
 def _calibration(path: str | None) -> dict[str, Any] | None:
@@ -169,6 +191,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--source",
         metavar="PATH",
         help="the extension's source folder or sdist: a first run's estimate from its C++ and CUDA units",
+    )
+    newer = plan.add_argument_group("a torch release newer than the catalog (an extension request)")
+    newer.add_argument("--stack", help="its facts from this stack's watcher (watch/derived.json); else from PyPI")
+    newer.add_argument("--endpoint-url", help="with --stack: e.g. `wheelfoundry local up`'s")
+    newer.add_argument("--region", help="with --stack")
+    newer.add_argument("--pypi-url", default="https://pypi.org/", help="PyPI or a mirror (default: %(default)s)")
+    newer.add_argument(
+        "--pytorch-url", default="https://download.pytorch.org/whl/", help="PyTorch's index (default: %(default)s)"
     )
     add_builder_flags(plan)
     add_quota_flags(plan)

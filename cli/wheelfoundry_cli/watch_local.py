@@ -14,11 +14,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from wheelfoundry.aws.watch import Fetch, FetchFailed, Sources, planned_run, read_upstream, tick_record, urllib_fetch
+from wheelfoundry.aws import toolkits
+from wheelfoundry.aws.watch import (
+    Fetch,
+    FetchFailed,
+    Sources,
+    WatchSettings,
+    planned_run,
+    read_upstream,
+    tick_record,
+    urllib_fetch,
+)
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.coverage import Coverage
+from wheelfoundry.jobs import StackContext
 from wheelfoundry.subscriptions import Subscription
+from wheelfoundry.toolkit_row import FactsOf
 from wheelfoundry.upstream_index import SIMPLE_JSON
 from wheelfoundry.watcher import Stack, tick
 
@@ -36,15 +48,18 @@ def recorded_path(root: Path, url: str, headers: Mapping[str, str]) -> Path:
     return resolved
 
 
-def recorded(root: Path) -> Fetch:
-    """Upstream as recorded under ``root``; what it does not hold reads as unreachable."""
+def recorded(root: Path, *more: Path) -> Fetch:
+    """Upstream as recorded under ``root`` (then each of ``more``, the first that holds a URL answers: torch's
+    pages in one recording, NVIDIA's in another); what none holds reads as unreachable."""
 
     def fetch(url: str, headers: Mapping[str, str]) -> bytes:
-        path = recorded_path(root, url, headers)
-        try:
-            return path.read_bytes()
-        except OSError as exc:
-            raise FetchFailed(f"{url}: not in the recording ({path.relative_to(root.resolve())})") from exc
+        paths = [recorded_path(r, url, headers) for r in (root, *more)]
+        for path in paths:
+            try:
+                return path.read_bytes()
+            except OSError:
+                continue
+        raise FetchFailed(f"{url}: not in the recording ({paths[0].relative_to(root.resolve())})")
 
     return fetch
 
@@ -71,13 +86,23 @@ def offline_tick(
     locks: Mapping[str, bool] | None,
     config: FarmConfig,
     now: datetime,
+    facts: FactsOf | None = None,
 ) -> dict[str, Any]:
-    """A dry-run tick without a stack: the channels' coverage given, the locks this checkout has."""
+    """A dry-run tick without a stack: the channels' coverage given, the locks this checkout has, and the lock
+    the watcher would write for each CUDA 13+ toolkit the cells need that this checkout lacks: resolved from
+    ``fetch``'s PyPI as the watcher's tick resolves it (aws.toolkits.resolve_locks), printed, written nowhere,
+    and planned with, so the plan is the one the stack's first tick would start. ``facts``: a new toolkit's
+    row facts (None: read from the torch wheel upstream, as the watcher does)."""
     catalog = load_catalog()
     upstream = read_upstream(fetch, sources, subs, catalog)
-    planned = tick(subs, upstream, coverage, Stack(DRY_RUN_BUCKET, catalog, config, locks))
+    base = Stack(DRY_RUN_BUCKET, catalog, config, locks)
+    settings = WatchSettings(DRY_RUN_BUCKET, "", config, StackContext(), sources, dry_run=True, facts=facts)
+    stack, resolved, _ = toolkits.resolve_locks(fetch, settings, subs, upstream, base, {}, now.isoformat())
+    planned = tick(subs, upstream, coverage, stack)
     runs = [{**planned_run(s), "status": "would start"} for s in planned.starts]
-    return {"at": now.isoformat(), "dry_run": True, "problems": [], **tick_record(upstream, planned), "runs": runs}
+    written = [toolkits.described(entry, True, body) for entry, body in resolved]
+    record = {"at": now.isoformat(), "dry_run": True, "problems": [], **tick_record(upstream, planned)}
+    return {**record, "toolkits": written, "runs": runs}
 
 
 def _cells_line(request: Mapping[str, Any]) -> str:
@@ -96,6 +121,13 @@ def render_tick(record: Mapping[str, Any], verbose: bool = False) -> str:
     for derived in record.get("derived") or []:
         cuda = " ".join(derived.get("cuda") or []) or "none known"
         lines.append(f"  torch {derived['torch']} is not in the catalog: facts from its wheels, CUDA {cuda}")
+    for lock in record.get("toolkits") or []:
+        wheels = f", {lock['wheels']} wheel(s)" if "wheels" in lock else ""
+        waits = "" if lock.get("approved", True) else ", awaiting approval"
+        lines.append(
+            f"  toolkit lock {lock.get('status', 'written')}: CUDA {lock['cuda']} {lock['platform']} "
+            f"(release {lock['release']}{wheels}{waits}) {lock['key']} sha256 {lock['sha256']}"
+        )
     lines += [f"  problem: {p}" for p in record.get("problems") or []]
     runs_by_sub: dict[str, list[Mapping[str, Any]]] = {}
     for run in record.get("runs") or []:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wheelfoundry import compiler_memory
-from wheelfoundry_user import archs
+from wheelfoundry_user import abi, archs
 from wheelfoundry_user.failures import JobFailure, execution_failure, run_failures
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.tables import duration, table, usd
@@ -132,6 +132,7 @@ def job_row(
         "compiler_memory": memory_cell(manifest),  # memory each compiler was planned at, as the log said it
         "compile_usage": manifest.get("compile_usage"),  # CPU and wall seconds of the compile stages, cores busy
         "device_code": manifest.get("device_code"),  # per CUDA cell: what its build holds (wheelfoundry_user.archs)
+        "abi": manifest.get("abi"),  # per extension cell: stable ABI and floor, or per-torch (wheelfoundry_user.abi)
     }
 
 
@@ -226,8 +227,9 @@ def _public(farm: Farm, channel: str | None, report: dict[str, Any] | None) -> d
     from wheelfoundry.edge import public_urls
 
     outputs = farm.outputs
-    variants = ((report or {}).get("index") or {}).get("variants") or []
-    return public_urls(channel or "", outputs.get("PublicIndexUrl", ""), outputs.get("PublicChannels", ""), variants)
+    index = (report or {}).get("index") or {}
+    urls = (outputs.get("PublicIndexUrl", ""), outputs.get("PublicChannels", ""))
+    return public_urls(channel or "", *urls, index.get("variants") or [], index.get("variant_indexes") or [])
 
 
 def render_status(status: dict[str, Any]) -> str:
@@ -243,6 +245,8 @@ def render_status(status: dict[str, Any]) -> str:
     if status.get("layout"):  # which layout the published wheels have, and why (wheelfoundry.aws.merging)
         lines.append(f"layout {status['layout']['chosen']}: {status['layout']['why']}")
     if status.get("public"):  # anyone installs from it, no AWS account (wheelfoundry.edge)
+        for name, url in (status["public"].get("variant_indexes") or {}).items():  # first: each torch's own build
+            lines.append(f"public index for {name}: pip install NAME --index-url {url}")
         lines.append(f"public index: pip install NAME --index-url {status['public']['index_url']}")
         lines += [f"  find-links: pip install NAME -f {url}" for url in status["public"]["find_links"]]
     if jobs:
@@ -282,6 +286,7 @@ def render_status(status: dict[str, Any]) -> str:
     elif status["status"] == "RUNNING":
         lines.append("(validating the request: no jobs yet)")
     lines += archs.lines({j["job"]: {"device_code": j.get("device_code")} for j in jobs})
+    lines += abi.lines({j["job"]: {"abi": j.get("abi")} for j in jobs})
     if status.get("error") or status.get("failures"):
         failures = [JobFailure(**{**f, "cause": tuple(f["cause"])}) for f in status.get("failures") or []]
         lines += execution_failure(

@@ -118,12 +118,33 @@ def watch_lines(subs: list[dict[str, Any]], tick: dict[str, Any] | None) -> list
     return lines + (["problems of the last tick:", *problems] if problems else [])
 
 
+def release_lines(tick: dict[str, Any] | None) -> list[str]:
+    """Per subscription and torch release of the last tick: cells served, missing (and the run for them, with
+    its status) and the variants not built with why; a tick written before these were recorded says so."""
+    seen = (tick or {}).get("subscriptions") or {}
+    status = {r.get("name"): r.get("status") for r in (tick or {}).get("runs") or []}
+    lines = []
+    for name, outcome in sorted(seen.items()):
+        by_release = outcome.get("by_release")
+        if by_release is None:
+            lines.append(f"  {name}: per-release cells not in this tick's record (a watcher older than this one)")
+            continue
+        for release, cells in by_release.items():
+            text = f"  {name} torch {release}: served {cells.get('served', 0)}, missing {cells.get('missing', 0)}"
+            if cells.get("missing"):
+                run = cells.get("run")
+                text += f" (run {run}: {status.get(run, 'not started')})" if run else " (no run planned)"
+            lines.append(text)
+            lines += [f"    not built: {why}" for why in cells.get("not_built") or []]
+    return ["cells per torch release (last tick):", *lines] if lines else []
+
+
 def _list(farm: Farm, args: argparse.Namespace) -> int:
     subs, tick = stored(farm), last_tick(farm)
     if args.json:
         print(json.dumps({"subscriptions": subs, "last_tick": tick}, indent=2))
     else:
-        print("\n".join(watch_lines(subs, tick)))
+        print("\n".join([*watch_lines(subs, tick), *release_lines(tick)]))
     return EXIT_OK
 
 

@@ -16,7 +16,6 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from botocore.exceptions import ClientError
 from packaging.version import InvalidVersion, Version
 
 from wheelfoundry.catalog import Catalog, Release, minor_of
@@ -103,6 +102,8 @@ def parse(body: bytes) -> list[DerivedRelease]:
 
 def read(s3: Any, bucket: str) -> list[DerivedRelease]:
     """The watcher's record; none where it never wrote one (or it cannot be read: the catalog alone then)."""
+    from botocore.exceptions import ClientError  # here: `wheelfoundry plan` imports this module, AWS-free
+
     try:
         return parse(s3.get_object(Bucket=bucket, Key=DERIVED_KEY)["Body"].read())
     except (ClientError, ValueError, AttributeError):

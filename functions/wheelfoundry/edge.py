@@ -54,15 +54,23 @@ class Edge:
         return channel in self.channels
 
 
-def public_urls(channel: str, index_url: str, public: str, variants: list[str]) -> dict[str, Any] | None:
-    """What a public channel's users type (None for a private channel): its index and find-links pages.
+def public_urls(
+    channel: str, index_url: str, public: str, variants: list[str], variant_indexes: Collection[str] = ()
+) -> dict[str, Any] | None:
+    """What a public channel's users type (None for a private channel): first the variant indexes (one per torch
+    minor and CPU/CUDA variant, the whole channel for it: wheelfoundry.index_variants), then the channel-wide
+    index and the find-links pages.
 
     ``index_url``: the stack's PublicIndexUrl (``https://<domain>/simple/``); ``public``: its channels.
     """
     if not index_url or channel not in public.split(","):
         return None
     base = f"{index_url}{quote(channel)}/"
-    return {"index_url": base, "find_links": [f"{base}{quote(v)}.html" for v in variants]}
+    return {
+        "variant_indexes": {name: f"{base}{quote(name)}/" for name in sorted(variant_indexes)},
+        "index_url": base,
+        "find_links": [f"{base}{quote(v)}.html" for v in variants],
+    }
 
 
 def cache_paths(channel: str, changed: Collection[str], everything: bool = False) -> list[str]:

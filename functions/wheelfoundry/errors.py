@@ -125,6 +125,10 @@ class IndexConflict(WheelFoundryError):
     """Other runs kept publishing into the channel while this one rewrote its index; the ASL retries."""
 
 
+class PublishedNameReused(WheelFoundryError):
+    """A wheel name the channel has published would get other bytes (PEP 592: withdraw by yanking, never reuse)."""
+
+
 class EdgeInvalidationFailed(WheelFoundryError):
     """CloudFront refused or lost a public channel's invalidation (throttled, too many in progress, down):
     the channel's state is not written, so the ASL's retry publishes and invalidates again."""

@@ -5,7 +5,9 @@ live under ``wheels/<channel>/<project>/``. Each page is stored as ``.../index.h
 ending in ``/`` (plain GETs of the directory URL), and as ``.../index.v1.json`` (wheelfoundry.index_pages).
 Publishing rewrites pages from what is in the bucket: it is idempotent, deletes nothing, and runs
 publishing into one channel at once take turns (``publish_index``). A public channel's changed pages
-are invalidated at the edge (wheelfoundry.edge) before the publish is recorded as done.
+are invalidated at the edge (wheelfoundry.edge) before the publish is recorded as done. Which wheels the
+channel-wide and the per-(torch, variant) indexes list: wheelfoundry.index_variants. A ``<wheel>.yanked``
+beside a wheel yanks it (PEP 592); a name once published never gets other bytes (``ever_published``).
 """
 
 from __future__ import annotations
@@ -17,30 +19,33 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from email.parser import BytesHeaderParser
 from typing import Any
 
 from botocore.exceptions import ClientError
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry import edge as edges
-from wheelfoundry.errors import IndexConflict
+from wheelfoundry.errors import IndexConflict, PublishedNameReused
 from wheelfoundry.index_pages import (
     HTML_TYPE,
     JSON_PAGE,
     JSON_TYPE,
     IndexFile,
-    render_find_links,
     render_project,
     render_project_json,
     render_root,
     render_root_json,
 )
+from wheelfoundry.index_variants import channel_files, write_variants
 from wheelfoundry.provenance import SUFFIX as PROVENANCE_SUFFIX
 
-__all__ = ["STATE", "IndexFile", "publish_index", "render_project", "render_root", "scan"]
+__all__ = ["STATE", "YANKED", "IndexFile", "publish_index", "published_sha256", "render_project", "render_root", "scan"]
 
 STATE = ".index-state.json"  # simple/<channel>/.index-state.json: the last publish's listing, and its turn
 CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3: the state file changed since it was read
+YANKED = ".yanked"  # wheels/<ch>/<project>/<wheel>.yanked: PEP 592's yank (its body the reason); bytes stay
 VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
 
@@ -90,22 +95,41 @@ def _read_state(s3: Any, bucket: str, key: str) -> tuple[str | None, dict[str, A
     return obj["ETag"], state if isinstance(state, dict) else {}
 
 
+def requires_torch(metadata: bytes) -> str | None:
+    """The torch specifier a wheel's METADATA requires unconditionally ("" for any torch), None: no torch."""
+    for line in BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(str(line))
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == "torch" and req.marker is None:
+            return str(req.specifier)
+    return None
+
+
 def _entry(s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[str, Any]) -> dict[str, Any]:
-    """What the index says about one wheel; HEADs only a wheel (or .metadata) the last publish did not see."""
-    etag, meta_etag = listing[key], listing.get(f"{key}.metadata")
+    """What the index says about one wheel; reads only a wheel (or .metadata, .yanked) the last publish did not see."""
+    etag, meta_etag, yank_etag = listing[key], listing.get(f"{key}.metadata"), listing.get(f"{key}{YANKED}")
     old = known.get(key)
-    if old and old.get("etag") == etag and old.get("metadata_etag") == meta_etag:
+    same = ("etag", etag), ("metadata_etag", meta_etag), ("yanked_etag", yank_etag)
+    if old and "requires_torch" in old and all(old.get(k) == v for k, v in same):
         return dict(old)
     meta = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {})
-    metadata_sha = None
+    metadata_sha = torch = yanked = None
     if meta_etag is not None:
-        metadata_sha = s3.head_object(Bucket=bucket, Key=f"{key}.metadata").get("Metadata", {}).get("sha256")
+        obj = s3.get_object(Bucket=bucket, Key=f"{key}.metadata")
+        metadata_sha, torch = obj.get("Metadata", {}).get("sha256"), requires_torch(obj["Body"].read())
+    if yank_etag is not None:
+        yanked = s3.get_object(Bucket=bucket, Key=f"{key}{YANKED}")["Body"].read().decode("utf-8", "replace")[:500]
     return {
         "etag": etag,
         "metadata_etag": meta_etag,
+        "yanked_etag": yank_etag,
         "sha256": meta.get("sha256", ""),
         "requires_python": meta.get("requires-python"),
         "metadata_sha256": metadata_sha,
+        "requires_torch": torch,
+        "yanked": None if yanked is None else yanked.strip(),
         "variants": [v for v in meta.get("wf-variants", "").split(",") if VARIANT.fullmatch(v)],
     }
 
@@ -140,9 +164,37 @@ def _projects(entries: dict[str, dict[str, Any]]) -> dict[str, list[IndexFile]]:
                 e["provenance"],
                 tuple(e["variants"]),
                 e.get("size"),
+                e.get("yanked"),
+                e.get("requires_torch"),
             )
         )
     return projects
+
+
+def ever_published(channel: str, state: dict[str, Any], entries: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Every wheel key the channel has published, with its sha256: the state's record, and the scan's new wheels.
+
+    A name, once served, never gets other bytes (an edge or a user's cache keeps the old ones for a year: a hash
+    mismatch). Withdrawn wheels are yanked and stay; a name whose bytes changed, or came back with others after
+    a delete, is refused here and by Collect (``published_sha256``).
+    """
+    published = dict(state.get("published") or {k: w.get("sha256", "") for k, w in (state.get("wheels") or {}).items()})
+    for key, e in entries.items():
+        was = published.get(key)
+        if was and e["sha256"] and was != e["sha256"]:
+            raise PublishedNameReused(
+                f"{key.rsplit('/', 1)[-1]}: channel {channel!r} published it with sha256 {was}, and {key} now holds "
+                f"sha256 {e['sha256']}: a published name never gets new bytes; put the published bytes back "
+                "and publish the change as a new version"
+            )
+        published[key] = e["sha256"] or was or ""
+    return published
+
+
+def published_sha256(s3: Any, bucket: str, channel: str) -> dict[str, str]:
+    """What the channel's index state says was ever published (key -> sha256), for Collect."""
+    state = _read_state(s3, bucket, f"simple/{channel}/{STATE}")[1]
+    return dict(state.get("published") or {k: w.get("sha256", "") for k, w in (state.get("wheels") or {}).items()})
 
 
 def _jittered(attempt: int) -> None:
@@ -179,18 +231,20 @@ def publish_index(
     for attempt in range(attempts):
         etag, state = _read_state(s3, bucket, state_key)
         entries = scan(s3, bucket, channel, state.get("wheels"))
+        published = ever_published(channel, state, entries)
         projects = _projects(entries)
         pages = Pages(s3, bucket)
         for project, files in projects.items():
+            mine = channel_files(files)  # right for any torch (wheelfoundry.index_variants)
             pages.folder(
                 f"simple/{channel}/{project}/",
-                render_project(channel, project, files),
-                render_project_json(channel, project, files),
+                render_project(channel, project, mine),
+                render_project_json(channel, project, mine),
             )
         pages.folder(f"simple/{channel}/", render_root(channel, list(projects)), render_root_json(list(projects)))
-        variants = publish_variants(pages, channel, projects)
+        written = write_variants(pages, channel, projects)
         condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
-        record = {"format": 1, "channel": channel, "wheels": entries, "pages": pages.digests}
+        record = {"format": 1, "channel": channel, "wheels": entries, "pages": pages.digests, "published": published}
         body = json.dumps(record, sort_keys=True).encode()
         refreshed = None
         if public is not None and public.serves(channel):
@@ -208,7 +262,8 @@ def publish_index(
             "channel": channel,
             "index_prefix": f"simple/{channel}/",
             "projects": {p: len(f) for p, f in sorted(projects.items())},
-            "variants": variants,
+            "variants": written["variants"],
+            "variant_indexes": written["variant_indexes"],
             "attempts": attempt + 1,
         }
         if refreshed is not None:
@@ -249,29 +304,3 @@ def _refresh_edge(
     if public.key_arn:
         out["key_fingerprint"] = edges.publish_key(s3, clients["kms"], bucket, public.key_arn)
     return out
-
-
-def publish_variants(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
-    """Per-cell wheels: one index per (torch, CUDA) variant and a find-links page, as the PyG wheel index has.
-
-    ``pip install NAME --index-url .../simple/<channel>/torch-2.13.0+cpu/`` or ``-f .../simple/<channel>/
-    torch-2.13.0+cpu.html`` sees only the wheels built for that torch, whatever their local labels sort to.
-    """
-    by_variant: dict[str, dict[str, list[IndexFile]]] = defaultdict(lambda: defaultdict(list))
-    for project, files in projects.items():
-        for f in files:
-            for variant in f.variants:
-                by_variant[variant][project].append(f)
-    up = "../../../../"
-    for variant, found in by_variant.items():
-        base = f"simple/{channel}/{variant}/"
-        for project, files in found.items():
-            pages.folder(
-                f"{base}{project}/",
-                render_project(channel, project, files, up),
-                render_project_json(channel, project, files, up),
-            )
-        pages.folder(base, render_root(f"{channel} {variant}", list(found)), render_root_json(list(found)))
-        every = [f for files in found.values() for f in files]
-        pages.put(f"simple/{channel}/{variant}.html", render_find_links(channel, variant, every), HTML_TYPE)
-    return sorted(by_variant)

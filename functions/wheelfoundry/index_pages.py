@@ -39,6 +39,8 @@ class IndexFile:
     provenance: bool = False
     variants: tuple[str, ...] = ()  # torch-2.13.0+cpu: the (torch, CUDA) indexes that list a per-cell wheel
     size: int | None = None  # bytes; PEP 700 asks for it in JSON pages
+    yanked: str | None = None  # PEP 592: withdrawn (the reason; "" for none given), skipped unless pinned
+    requires_torch: str | None = None  # its METADATA's torch requirement: the pin a per-cell wheel carries
 
 
 def _page(title: str, links: list[str]) -> str:
@@ -82,6 +84,8 @@ def _links(channel: str, files: list[IndexFile], up: str) -> list[str]:
             attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
         if f.provenance:
             attrs.append(f'data-wf-provenance="{html.escape(_href(channel, f, up, PROVENANCE_SUFFIX))}"')
+        if f.yanked is not None:
+            attrs.append(f'data-yanked="{html.escape(f.yanked)}"')
         links.append(f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a><br/>")
     return links
 
@@ -111,6 +115,8 @@ def render_project_json(channel: str, project: str, files: list[IndexFile], up: 
             entry["data-dist-info-metadata"] = {"sha256": f.metadata_sha256}
         if f.provenance:
             entry["wf-provenance"] = _href(channel, f, up, PROVENANCE_SUFFIX)
+        if f.yanked is not None:
+            entry["yanked"] = f.yanked or True  # PEP 691: a reason string, or true
         entries.append(entry)
     versions = sorted({str(parse_wheel_filename(f.filename)[1]) for f in files})
     return _dump({"meta": {"api-version": API_VERSION}, "name": project, "files": entries, "versions": versions})

@@ -18,7 +18,7 @@ import hashlib
 import io
 import re
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from wheelfoundry.elf import is_plain_extension_module
 from wheelfoundry.errors import WheelFoundryError
 from wheelfoundry.loader import render_stub
 
@@ -59,10 +60,30 @@ class Merged:
     metadata: bytes
 
 
-def path_loaded(paths: Sequence[str]) -> list[str]:
+def plain_modules(builds: Sequence[Mapping[str, bytes]]) -> frozenset[str]:
+    """The ``<pkg>/<name>.so`` files (no ABI suffix) that define ``PyInit_<name>`` in every build holding them:
+    extension modules all the same (``no_python_abi_suffix=True``), read from their bytes (wheelfoundry.elf).
+    One build's copy without it makes the file a library loaded by path, for every build."""
+    verdict: dict[str, bool] = {}
+    for files in builds:
+        for path, data in files.items():
+            if path.endswith(".so") and not MODULE.match(path):
+                verdict[path] = verdict.get(path, True) and is_plain_extension_module(path, data)
+    return frozenset(p for p, ok in verdict.items() if ok)
+
+
+def module_of(path: str, plain: frozenset[str]) -> str | None:
+    """``a/b/_C`` for a Python extension module at ``path`` (suffixed, or in ``plain``), else None."""
+    if match := MODULE.match(path):
+        return match["mod"]
+    return path.removesuffix(".so") if path in plain else None
+
+
+def path_loaded(paths: Sequence[str], plain: frozenset[str] = frozenset()) -> list[str]:
     """Compiled files a package finds by path, which one merged wheel cannot serve for several builds.
 
-    A Python extension module (``*.cpython-*.so``, ``*.abi3.so``) gets a loader stub in its place, and
+    A Python extension module (``*.cpython-*.so``, ``*.abi3.so``, or a ``<name>.so`` in ``plain``: it defines
+    ``PyInit_<name>``, :func:`plain_modules`) gets a loader stub in its place, and
     auditwheel's ``<pkg>.libs`` are reached from the moved modules through ``$ORIGIN``. Any other shared
     library sits where the package's own code looks for it (PyG's ``PathFinder().find_spec("_version_cpu",
     [dirname])`` + ``torch.ops.load_library``, ``ctypes.CDLL(os.path.join(dirname, ...))``, a FileFinder
@@ -71,7 +92,7 @@ def path_loaded(paths: Sequence[str]) -> list[str]:
     return sorted(
         p
         for p in paths
-        if SHARED_LIBRARY.search(p) and not MODULE.match(p) and not p.split("/", 1)[0].endswith(".libs")
+        if SHARED_LIBRARY.search(p) and module_of(p, plain) is None and not p.split("/", 1)[0].endswith(".libs")
     )
 
 
@@ -140,12 +161,13 @@ def merge(builds: Sequence[Build], out_dir: Path) -> Merged:
     if not builds:
         raise MergeConflict("nothing to merge: no cell built")
     read = [(b, *_read(b)) for b in builds]
-    by_path = sorted({p for *_, files in read for p in path_loaded(list(files))})
+    plain = plain_modules([{p: d for p, (d, _) in files.items()} for *_, files in read])
+    by_path = sorted({p for *_, files in read for p in path_loaded(list(files), plain)})
     if by_path:
         raise MergeConflict(
             f"{', '.join(by_path[:3])}{' ...' if len(by_path) > 3 else ''}: a shared library the package loads by "
-            "path (not a Python extension module), so one merged wheel cannot hold every build of it; use layout "
-            "'auto' or 'per-cell'"
+            "path (not a Python extension module: no ABI suffix and no PyInit_ for its name), so one merged wheel "
+            "cannot hold every build of it; use layout 'auto' or 'per-cell'"
         )
     names = {(name, key) for _, name, key, _ in read}
     if len(names) != 1:
@@ -175,11 +197,11 @@ def merge(builds: Sequence[Build], out_dir: Path) -> Merged:
                 elif rest not in ("RECORD", "WHEEL", "METADATA") and rest not in dist_info:
                     dist_info[rest] = (data, mode)
                 continue
-            module = MODULE.match(path)
+            module = module_of(path, plain)
             if module or top.endswith(".libs") or SHARED_LIBRARY.search(path):
                 per_build[build.build_id][root + path] = (data, mode)
                 if module:
-                    modules.setdefault(module["mod"], {})[build.build_id] = root + path
+                    modules.setdefault(module, {})[build.build_id] = root + path
                 continue
             if path in shared and shared[path][0] != data:
                 raise MergeConflict(

@@ -85,6 +85,26 @@ def device_code(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def abi(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per job, per cell: stable ABI or not, the torch floor and what set it, and per compiled file the symbols
+    that decided (wfbuild.abi, read from the file's dynamic imports after the build)."""
+    out: dict[str, Any] = {}
+    keys = ("stable", "floor", "extension_module", "torch_symbols", "floor_symbols")
+    for key, manifest in sorted(manifests.items()):
+        cells = manifest.get("abi") or {}
+        if not isinstance(cells, dict) or not cells:
+            continue
+        out[str(manifest.get("job_id", key))] = {
+            str(cell): {
+                **{k: rec.get(k) for k in ("stable", "floor", "target", "target_from")},
+                "files": {n: {k: f.get(k) for k in keys} for n, f in sorted((rec.get("files") or {}).items())},
+            }
+            for cell, rec in sorted(cells.items())
+            if isinstance(rec, dict)
+        }
+    return out
+
+
 def statement(
     wheel: Mapping[str, Any],
     request: Mapping[str, Any],
@@ -111,6 +131,9 @@ def statement(
     held = device_code(manifests)
     if held:  # a CUDA extension's cells: what each compiled file holds (wfbuild.devicecode)
         byproducts.append({"name": "device_code", "content": _content(held)})
+    imports = abi(manifests)
+    if imports:  # an extension's cells: stable ABI and floor, or the C++ symbols binding it to one torch
+        byproducts.append({"name": "abi", "content": _content(imports)})
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": wheel["filename"], "digest": {"sha256": wheel["sha256"]}}],

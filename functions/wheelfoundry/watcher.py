@@ -88,6 +88,9 @@ class Outcome:
     missing: int = 0
     starts: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # torch version -> {"served", "missing": cell counts, "run": the run for the missing ones (or why none),
+    # "not_built": why a variant's cells are left out}: `subscriptions list` shows it per release
+    by_release: dict[str, dict[str, Any]] = field(default_factory=dict)
     planned: list[Start] = field(default_factory=list, repr=False)
 
 
@@ -168,12 +171,16 @@ def _follow(sub: Subscription, upstream: Upstream, coverage: Coverage, stack: St
             continue
         outcome.releases.append(facts.version)
         outcome.problems += facts.problems
+        here = outcome.by_release.setdefault(facts.version, {"served": 0, "missing": 0, "not_built": []})
         for cell in _cells(sub, facts, stack, unbuildable):
             variant = label_of(None if cell[1] == "cpu" else cell[1])
             if coverage.has(sub.package, version, cell[2], cell[3], facts.minor, variant):
                 outcome.covered += 1
+                here["served"] += 1
             else:
                 by_release.setdefault(facts.version, []).append(cell)
+                here["missing"] += 1
+        here["not_built"] = [why for why, versions in unbuildable.items() if facts.version in versions]
     for why, releases in unbuildable.items():  # "CUDA 13.2: no lock for x86_64 (torch 2.14.1, 2.15.0); run ..."
         what, _, fix = why.partition("; ")
         outcome.problems.append(f"{what} (torch {', '.join(dict.fromkeys(releases))}): its cells are not built; {fix}")
@@ -189,10 +196,14 @@ def _follow(sub: Subscription, upstream: Upstream, coverage: Coverage, stack: St
     for name_part, (reason, cells) in sorted(groups.items()):
         request = _request(sub, source, cells, per_cell=published)
         name = execution_name(sub.name, name_part, cells)
+        for version in {c[0] for c in cells}:  # a cell names its release as the outcome keys it (facts.version)
+            outcome.by_release[version]["run"] = name
         try:
             plan = _plan(request, planner)
         except RequestInvalid as exc:  # GuardrailExceeded and the rest: named, never started
             outcome.problems.append(f"{name}: not started, {type(exc).__name__}: {exc}")
+            for version in {c[0] for c in cells}:
+                outcome.by_release[version]["run"] = f"{name}: not started, {type(exc).__name__}"
             continue
         outcome.starts.append(name)
         outcome.planned.append(Start(sub.name, name, reason, request, tuple(sorted(cells)), copy, plan))

@@ -29,6 +29,7 @@ from wheelfoundry_user.verify import pem_of
 
 from .consumer import copy_published, install_and_test, user_env
 from .edge import serving_edge
+from .newer_torch import seed as seed_newer_torch
 from .progress import Progress
 from .session import EmbeddedAws, ExecutionResult
 
@@ -141,6 +142,7 @@ def run_demo(
             root / "template.yaml", parameters={"BuildHeartbeatSeconds": "120", "PublicChannels": public}
         )
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+        seed_newer_torch(s3, bucket, request, out)  # a torch newer than the catalog: what the watcher would write
         request["source"] = {"s3": upload_source(aws, stack, source, project)}
         out(f"uploaded {source} as {request['source']['s3']}; running {request_path.name}")
         result = run_request(aws, stack, request, out, progress, timeout)

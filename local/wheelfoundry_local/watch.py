@@ -1,8 +1,9 @@
 """``wheelfoundry local watch``: one watcher tick from this machine.
 
 ``--dry-run``: the subscriptions given as files or flags, upstream live (or ``--recorded DIR``), the channels as
-``--index-state`` files say (else empty), the toolkit locks of this checkout; prints what the tick would start,
-each run's planned wall time and cost, and what it cannot build and why. Nothing needs a stack.
+``--index-state`` files say (else empty), the toolkit locks of this checkout plus the lock the watcher would write
+for a CUDA 13+ toolkit the cells need (resolved from PyPI, written nowhere); prints that lock, what the tick
+would start, each run's planned wall time and cost, and what it cannot build and why. Nothing needs a stack.
 Without ``--dry-run``: the real tick (the WatchFunction's code) against a stack, ``local up``'s or AWS's.
 """
 
@@ -41,7 +42,7 @@ def watch(args: argparse.Namespace) -> int:
     from wheelfoundry_cli.main import checkout_pins
 
     sources = Sources(args.pypi_url, args.pytorch_url)
-    fetch = recorded(Path(args.recorded)) if args.recorded else urllib_fetch
+    fetch = recorded(*(Path(p) for p in args.recorded)) if args.recorded else urllib_fetch
     if args.record:
         fetch = recording(Path(args.record), fetch)
     now = datetime.now(UTC)
@@ -78,7 +79,12 @@ def add_watch_command(local_sub: Any) -> None:
     )
     cmd.add_argument("--dry-run", action="store_true", help="start nothing; subscriptions from files or flags")
     add_subscription_flags(cmd)
-    cmd.add_argument("--recorded", metavar="DIR", help="upstream as recorded there (else the live indexes)")
+    cmd.add_argument(
+        "--recorded",
+        metavar="DIR",
+        action="append",
+        help="upstream as recorded there (else the live indexes); again: more recordings, the first holding a URL wins",
+    )
     cmd.add_argument("--record", metavar="DIR", help="also write every upstream response read there")
     cmd.add_argument("--pypi-url", default=Sources.pypi, help="PyPI or a mirror (default: %(default)s)")
     cmd.add_argument("--pytorch-url", default=Sources.pytorch, help="PyTorch's index (default: %(default)s)")

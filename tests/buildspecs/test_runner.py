@@ -253,7 +253,13 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     assert manifest["sources"]["wf-example-ops"]["sha256"] == hashlib.sha256(source).hexdigest()
     ran = {s["name"]: s for s in manifest["stages"]}
     cell = "torch2.13.0-cp311-cpu-x86_64"
-    assert list(ran) == ["fetch-source", f"env-{cell}", f"build-{cell}", f"repair-{cell}", f"smoke-{cell}", "manifest"]
+    assert list(ran) == [
+        *("fetch-source", f"env-{cell}", f"build-{cell}", f"abi-{cell}", f"repair-{cell}", f"smoke-{cell}", "manifest")
+    ]
+    # The example's ATen operators bind it to torch 2.13 (wfbuild.abi, read from the built file's imports).
+    (reading,) = manifest["abi"].values()
+    assert reading["cell"] == cell and reading["stable"] is False and reading["floor"] is None
+    assert wheel_entry_abi(manifest, cell)["stable"] is False
     assert wheel["cell"]["id"] == cell and wheel["cell"]["build_id"] == "torch2.13-cpu"
     assert all(s["status"] == "succeeded" and s["seconds"] >= 0 for s in ran.values())
     usage = manifest["compile_usage"]  # the build stage under wfbuild.cpu_usage: its compiler's CPU seconds
@@ -272,6 +278,12 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     assert f"cores busy {usage['cores_busy']:.2f}" in log
     assert "no instance metadata service: not watching for spot interruptions" in log
     assert not work.exists(), "a successful job's work dir is removed"
+
+
+def wheel_entry_abi(manifest: dict[str, Any], cell: str) -> dict[str, Any]:
+    (entry,) = [w for w in manifest["wheels"] if (w.get("cell") or {}).get("id") == cell]
+    reading: dict[str, Any] = entry["abi"]
+    return reading
 
 
 def broken_source(tmp: Path) -> bytes:

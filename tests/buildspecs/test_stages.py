@@ -119,7 +119,7 @@ def test_extension_stages() -> None:
     job = jobs("extension")["wf-example-ops-cuda12.6-x86_64"]
     cells = ["torch2.6.0-cp311-cuda12.6-x86_64", "torch2.13.0-cp311-cuda12.6-x86_64"]
     stages = render_stages(job)
-    steps = ("env", "build", "devicecode", "repair", "smoke")
+    steps = ("env", "build", "abi", "devicecode", "repair", "smoke")
     per_cell = [f"{step}-{cell}" for cell in cells for step in steps]
     assert [s.name for s in stages] == ["checkout-wf-example-ops", *per_cell, "manifest"]
     assert [s.group for s in stages] == [None, *[c for c in cells for _ in steps], None]
@@ -130,8 +130,18 @@ def test_extension_stages() -> None:
     assert _args(check, "--in-dir") == ["/work/dist/raw/wf-example-ops/cp311/torch2.13.0"]
     assert _args(check, "--arch-list") == [job["arch_list"]] and _args(check, "--cuda") == ["12.6"]
     assert _args(check, "--out") == [f"/work/meta/devicecode/{cell}.json"] and check.offline
+    # Every cell's imports are read after its build (wfbuild.abi); nothing waits on the reading.
+    reading = _stage(job, f"abi-{cell}")
+    assert reading.needs == (f"build-{cell}",) and not reading.fatal and reading.offline
+    assert _args(reading, "--in-dir") == ["/work/dist/raw/wf-example-ops/cp311/torch2.13.0"]
+    assert _args(reading, "--torch-version") == ["2.13.0"] and _args(reading, "--src") == [
+        "/work/src/wf-example-ops/ext"
+    ]
+    assert _args(reading, "--env-dir") == _args(_stage(job, f"env-{cell}"), "--dest")
+    assert _args(reading, "--out") == [f"/work/meta/abi/{cell}.json"]
     cpu = render_stages(jobs("extension")["wf-example-ops-cpu-x86_64"])
     assert not [s.name for s in cpu if s.name.startswith("devicecode-")]  # a CPU cell has no device code to read
+    assert [s.name for s in cpu if s.name.startswith("abi-")]  # but its imports are read all the same
     env_stage = _stage(job, f"env-{cell}")
     assert _args(env_stage, "--torch") == ["torch==2.13.0"]
     assert _args(env_stage, "--index-url") == ["https://download.pytorch.org/whl/cu126"]

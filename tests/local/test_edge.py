@@ -5,6 +5,7 @@ here and published with the real publish_index."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import urllib.error
 import urllib.request
@@ -40,6 +41,14 @@ def put_wheel(aws: EmbeddedAws, stack: DeployedStack, channel: str, name: str = 
         Body=b"PK\x05\x06" + b"\0" * 18,
         Metadata=meta,
         CacheControl=WHEEL_CACHE,
+    )
+    # Its PEP 658 METADATA pins torch 2.13, as every cell wheel's does: the channel-wide page may list it.
+    metadata = b"Metadata-Version: 2.1\nName: wf-probe\nVersion: 1\nRequires-Dist: torch<2.14,>=2.13\n"
+    aws.client("s3").put_object(
+        Bucket=stack.outputs["WheelBucketName"],
+        Key=f"{key}.metadata",
+        Body=metadata,
+        Metadata={"sha256": hashlib.sha256(metadata).hexdigest()},
     )
     return key
 

@@ -5,6 +5,7 @@ deployed template (its function, error responses and bucket policy); no build.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from wheelfoundry_local.edge import LocalEdge, serving_edge
 
 JSON = "application/vnd.pypi.simple.v1+json"
 VARIANT = "torch-2.13.0+cpu"
+SHORT = "torch2.13-cpu"
 
 
 @pytest.fixture
@@ -38,6 +40,14 @@ def put_wheel(aws: EmbeddedAws, stack: DeployedStack, channel: str, project: str
         Body=b"PK\x05\x06" + b"\0" * 18,
         Metadata={"sha256": "ab" * 32, "wf-variants": VARIANT},
         CacheControl=WHEEL_CACHE,
+    )
+    # Its PEP 658 METADATA pins torch 2.13, as every cell wheel's does: the channel-wide page may list it.
+    metadata = f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\nRequires-Dist: torch<2.14,>=2.13\n"
+    aws.client("s3").put_object(
+        Bucket=stack.outputs["WheelBucketName"],
+        Key=f"wheels/{channel}/{project}/{name}.metadata",
+        Body=metadata.encode(),
+        Metadata={"sha256": hashlib.sha256(metadata.encode()).hexdigest()},
     )
     return name
 
@@ -111,6 +121,8 @@ def spellings(project: str) -> list[tuple[str, str | None]]:
         out.append((f"/simple/ci/{variant}.html", None))  # the find-links page
         for folder in (f"/simple/ci/{variant}/", f"/simple/ci/{variant}/{project}/"):
             out += [(folder, None), (folder, JSON), (f"{folder}index.html", None)]
+    for folder in (f"/simple/ci/{SHORT}/", f"/simple/ci/{SHORT}/{project}/"):  # the variant index users type
+        out += [(folder, None), (folder, JSON), (f"{folder}index.html", None)]
     return out
 
 

@@ -64,6 +64,7 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
     assert public["index_url"] == stack.outputs["PublicIndexUrl"] + "ci/"
     (find_links,) = public["find_links"]
     assert find_links == public["index_url"] + "torch-2.13.0%2Bcpu.html"
+    assert public["variant_indexes"] == {"torch2.13-cpu": public["index_url"] + "torch2.13-cpu/"}  # listed first
     s3, bucket, run_id = aws.client("s3"), stack.outputs["WheelBucketName"], result.output["run_id"]
     (wheel_key,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
     # The same bytes in a channel that is not public, and the other things the bucket holds.

@@ -31,6 +31,7 @@ from wheelfoundry_cli.index_server import serving
 from wheelfoundry_cli.main import main
 
 from wheelfoundry import provenance
+from wheelfoundry.index import STATE
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.trust import Keyring, TrustedKey
 from wheelfoundry_user.verify import pem_of
@@ -69,10 +70,11 @@ def put_wheel(s3: Any, bucket: str, filename: str, body: bytes, metadata: bytes)
     return key
 
 
-def invoke(aws: EmbeddedAws, stack: DeployedStack, function: str, event: dict[str, Any]) -> Any:
+def invoke(aws: EmbeddedAws, stack: DeployedStack, function: str, event: dict[str, Any], ok: bool = True) -> Any:
+    """The deployed function's answer; ``ok=False``: it must have failed (its error body)."""
     reply = aws.client("lambda").invoke(FunctionName=stack.function_name(function), Payload=json.dumps(event))
     body = json.loads(reply["Payload"].read())
-    assert not reply.get("FunctionError"), body
+    assert bool(reply.get("FunctionError")) != ok, body
     return body
 
 
@@ -125,6 +127,11 @@ def rewrite_consistently(aws: EmbeddedAws, stack: DeployedStack, filename: str) 
     name, body, metadata = make_wheel("wf_signed_evil", "VALUE = 2  # not what was built\n", "Summary: rewritten\n")
     assert name == filename
     put_wheel(s3, bucket, filename, body, metadata)  # its PEP 658 file is the new wheel's METADATA
+    # The farm's PublishIndex refuses other bytes under a published name (PublishedNameReused) ...
+    refused = invoke(aws, stack, "PublishIndexFunction", {"run": {"bucket": bucket, "channel": CHANNEL}}, ok=False)
+    assert refused["errorType"] == "PublishedNameReused" and filename in refused["errorMessage"], refused
+    # ... so the insider also drops the state that remembers the first bytes
+    s3.delete_object(Bucket=bucket, Key=f"simple/{CHANNEL}/{STATE}")
     invoke(aws, stack, "PublishIndexFunction", {"run": {"bucket": bucket, "channel": CHANNEL}})
     page = s3.get_object(Bucket=bucket, Key=f"simple/{CHANNEL}/wf-signed-evil/")["Body"].read().decode()
     digest = hashlib.sha256(body).hexdigest()

@@ -11,7 +11,10 @@ before it signs anything, and the state machine calls Merge again with that erro
 
 1. ``runs/<run>/fallback.json`` records why, first, so a run falls back once at most;
 2. what the merged pass's passing test jobs put into the channel is withdrawn (only the objects this run
-   created: a wheel another run had published stays), so one layout serves the whole run;
+   created: a wheel another run had published stays), so one layout serves the whole run. Withdrawn is
+   yanked (PEP 592, ``<wheel>.yanked`` beside it, wheelfoundry.index): a channel may have served the name
+   already (another run's publish lists the whole channel), so its bytes stay where an edge or a user's
+   cache may hold them, and the name is never published again with other bytes;
 3. each test job is planned again as ``<id>-per-cell`` under its own prefix (the first pass's results
    and logs stay readable where they are) and the cell wheels are staged for it.
 
@@ -28,6 +31,7 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.aws.merging import _json, stage_run
+from wheelfoundry.index import YANKED
 
 VERDICT = "PUBLISHED WHEEL FAILED: "
 RETEST_SUFFIX = "-per-cell"
@@ -75,17 +79,16 @@ def evidence(event: dict[str, Any], s3: Any) -> str | None:
     return None
 
 
-def withdraw(s3: Any, run: dict[str, Any], tests: list[dict[str, Any]]) -> list[str]:
-    """Remove from the channel what this run's merged pass published (unsigned, not yet indexed)."""
+def withdraw(s3: Any, run: dict[str, Any], tests: list[dict[str, Any]], why: str = "") -> list[str]:
+    """Yank what this run's merged pass published (unsigned): the next PublishIndex marks it ``data-yanked``."""
     gone = []
+    reason = f"run {run['id']}: the merged wheel failed the test of its published bytes ({why})"[:500]
     for test in tests:
         result = _json(s3, run["bucket"], f"{test['prefix']}result.json") or {}
         for filename in (result.get("collect") or {}).get("published") or []:
             project = canonicalize_name(parse_wheel_filename(filename)[0])
             key = f"wheels/{run['channel']}/{project}/{filename}"
-            s3.delete_objects(
-                Bucket=run["bucket"], Delete={"Objects": [{"Key": key}, {"Key": f"{key}.metadata"}], "Quiet": True}
-            )
+            s3.put_object(Bucket=run["bucket"], Key=f"{key}{YANKED}", Body=reason.encode(), ContentType="text/plain")
             gone.append(key)
     return gone
 
@@ -116,7 +119,7 @@ def restage(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[st
     first = list(event.get("failed_tests") or [])
     record: dict[str, Any] = {"from": "merged", "to": "per-cell", "why": why, "tests": [t["id"] for t in first]}
     s3.put_object(Bucket=run["bucket"], Key=marker_key(run), Body=json.dumps(record, indent=2).encode())
-    record["withdrawn"] = withdraw(s3, run, first)
+    record["withdrawn"] = withdraw(s3, run, first, why)
     retests = retest_jobs(s3, run, list(event.get("test_jobs") or []))
     record["retests"] = [t["id"] for t in retests]
     s3.put_object(Bucket=run["bucket"], Key=marker_key(run), Body=json.dumps(record, indent=2).encode())

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.aws.results import safe_wheel_name
-from wheelfoundry.merge import Build, MergeConflict, merge, path_loaded
+from wheelfoundry.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:
@@ -76,13 +76,15 @@ def _test_jobs(s3: Any, bucket: str, tests: list[dict[str, Any]]) -> dict[str, d
     return out
 
 
-def choose_layout(asked: str, files: list[str]) -> tuple[str, str]:
-    """(layout, why) from the request's layout and every file of the cell wheels."""
-    by_path = path_loaded(files)
+def choose_layout(asked: str, files: list[str], plain: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """(layout, why) from the request's layout and every file of the cell wheels (``plain``: those of their
+    ``<name>.so`` files that define ``PyInit_<name>``, wheelfoundry.merge.plain_modules)."""
+    by_path = path_loaded(files, plain)
     if asked == "per-cell":
         return "per-cell", "the request asked for per-cell wheels"
     if by_path:
-        why = f"{by_path[0]} is a shared library the package loads by path, not a Python extension module"
+        why = f"{by_path[0]} is a shared library the package loads by path, not a Python extension module (it"
+        why += " defines no PyInit_ for its name)" if by_path[0].endswith(".so") else " has no .so suffix)"
         if asked == "merged":
             raise MergeConflict(f"layout 'merged' cannot serve this package: {why}; use layout 'auto' or 'per-cell'")
         return "per-cell", f"{why}: one merged wheel cannot hold every build of it"
@@ -93,6 +95,13 @@ def choose_layout(asked: str, files: list[str]) -> tuple[str, str]:
 def _files(path: Path) -> list[str]:
     with zipfile.ZipFile(path) as zf:
         return [i.filename for i in zf.infolist() if not i.is_dir()]
+
+
+def _unsuffixed(path: Path) -> dict[str, bytes]:
+    """The wheel's ``*.so`` files with no ABI suffix, read: only their symbols say whether Python imports them."""
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".so") and not MODULE.match(n)]
+        return {n: zf.read(n) for n in names}
 
 
 def stage_run(
@@ -126,7 +135,9 @@ def stage_run(
                 )
             local = _download(s3, bucket, Path(tmp), cells)
             files = [f for path in local.values() for f in _files(path)]
-            out["layout"], out["layout_reason"] = layout or choose_layout(str(run.get("layout") or "auto"), files)
+            plain = plain_modules([_unsuffixed(path) for path in local.values()])
+            asked = str(run.get("layout") or "auto")
+            out["layout"], out["layout_reason"] = layout or choose_layout(asked, files, plain)
             if out["layout"] == "merged":
                 _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
             else:

@@ -9,8 +9,10 @@ to their package (`wheelfoundry subscribe --notify`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -28,6 +30,34 @@ def watch_record(s3: Any, bucket: str, run_id: str) -> dict[str, Any] | None:
     except (ClientError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def cell_id(cell: Mapping[str, Any]) -> str:
+    """A run record's cell as the run's jobs name it (extensions.cells_for): torch2.15.0-cp312-cpu-x86_64."""
+    from wheelfoundry.targets import target_id  # here: the Report handler's cold import stays catalog-free
+
+    cuda = cell.get("cuda")
+    target = {"platform": cell.get("platform"), "accelerator": "cpu" if cuda in (None, "cpu") else "cuda", "cuda": cuda}
+    return f"torch{cell.get('torch')}-cp{str(cell.get('python')).replace('.', '')}-{target_id(target)}"
+
+
+def release_day(record: Mapping[str, Any], report: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """How a watcher-started run served its release (issue 64 item 4), for report.json and the notification:
+    the tick that started it (the run record's ``started_at``: the tick's own clock) to now, the Report step, which
+    runs after the last wheel was published and signed; the toolkits the tick locked for it; what each cell got."""
+    published = {c for w in (report.get("merge") or {}).get("wheels") or [] for c in w.get("cells") or []}
+    missing = set(report.get("missing_cells") or [])
+    cells = {}
+    for cell in record.get("cells") or []:
+        key = cell_id(cell)
+        cells[key] = "published" if key in published else "not built" if key in missing else "built, not published"
+    out: dict[str, Any] = {"tick_at": record.get("started_at"), "reported_at": now.isoformat(), "minutes": None}
+    with contextlib.suppress(TypeError, ValueError):  # a record without the tick's time: unknown, never guessed
+        out["minutes"] = round((now - datetime.fromisoformat(str(record.get("started_at")))).total_seconds() / 60, 1)
+    toolkits = [
+        {k: t.get(k) for k in ("cuda", "platform", "release", "key", "sha256")} for t in record.get("toolkits") or []
+    ]
+    return {**out, "reason": record.get("reason"), "toolkits": toolkits, "cells": cells}
 
 
 def summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, str]:
@@ -50,6 +80,11 @@ def summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, 
         f"published to channel {report.get('channel')}: {len(signed)} wheel(s)",
         *(f"  {wheel}" for wheel in signed),
     ]
+    day = report.get("release_day") or {}
+    if day:
+        minutes = "unknown (no tick time)" if day.get("minutes") is None else f"{day['minutes']} min"
+        lines.append(f"tick {day.get('tick_at')} to report {day.get('reported_at')}: {minutes}")
+        lines += [f"  {cell}: {got}" for cell, got in sorted((day.get("cells") or {}).items())]
     failed = report.get("failed") or []
     if failed:
         lines.append(f"failed: {len(failed)}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from wheelfoundry.aws.notify import release_day, watch_record
 from wheelfoundry.aws.results import readable_cause
 from wheelfoundry.aws.timing import record_cells, report_rows
 from wheelfoundry.edge import public_urls
@@ -18,6 +20,7 @@ def report(
     tell: Callable[[dict[str, Any]], Any] | None = None,
     public_index_url: str = "",
     public_channels: str = "",
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """``tell``: given report.json's body, notify whoever follows the run (a watcher-started run's maintainer).
     ``public_*``: the stack's PublicIndexUrl and PublicChannels, for the URLs a public channel's users type."""
@@ -71,7 +74,13 @@ def report(
         "index_prefix": f"simple/{run['channel']}/",
         "jobs": results,
         "index": publish,
-        "public": public_urls(run["channel"], public_index_url, public_channels, publish.get("variants") or []),
+        "public": public_urls(
+            run["channel"],
+            public_index_url,
+            public_channels,
+            publish.get("variants") or [],
+            publish.get("variant_indexes") or [],
+        ),
         "merge": merge,
         "layout": {"chosen": merge.get("layout"), "why": merge.get("layout_reason")} if merge.get("layout") else None,
         "missing_cells": merge.get("missing_cells") or [],
@@ -87,6 +96,8 @@ def report(
         "timing": report_rows(results),  # per job: the plan's estimate against the build's actual hours
         "status": "failed" if failures else "succeeded",
     }
+    if (watched := watch_record(s3, run["bucket"], run["id"])) is not None:  # a watcher-started run: release day
+        body["release_day"] = release_day(watched, body, now or datetime.now(UTC))
     s3.put_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/report.json", Body=json.dumps(body, indent=2))
     record_cells(s3, run, results)  # the next plan of this source starts from these cells' figures
     if tell is not None:

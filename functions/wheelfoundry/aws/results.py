@@ -13,7 +13,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from wheelfoundry.aws.timing import job_timing
 from wheelfoundry.config import load_config
 from wheelfoundry.edge import WHEEL_CACHE
-from wheelfoundry.errors import ManifestInvalid
+from wheelfoundry.errors import ManifestInvalid, PublishedNameReused
+from wheelfoundry.index import published_sha256
 
 CAUSE_IN_STATE = 1000  # characters of a failure's cause kept in the execution state; S3 has all of it
 
@@ -182,6 +183,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         checked.append((filename, source, sha, project, metadata_key, version, metadata))
     # A GPU test comes first (options.gpu_test): check now, publish in the "publish" phase after it passed.
     held = bool(job.get("gpu_test")) and event.get("phase") != "publish"
+    ever: dict[str, str] | None = None  # the channel's index state: every name it ever published
     for filename, source, sha, project, metadata_key, version, metadata in checked:
         if held or job.get("kind") == "extension":  # cell wheels stay in the job's prefix: Merge stages them
             verified.append(filename)
@@ -191,6 +193,12 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         if existing is not None:
             (unchanged if existing.get("Metadata", {}).get("sha256") == sha else conflicts).append(filename)
             continue
+        ever = published_sha256(s3, bucket, channel) if ever is None else ever
+        if ever.get(dest, sha) != sha:  # gone from the bucket, not from users' caches
+            raise PublishedNameReused(
+                f"{job['id']}: {filename}: channel {channel!r} published it with sha256 {ever[dest]}; "
+                f"this build's is {sha}: a published name never gets new bytes (publish a new version)"
+            )
         if metadata_key:
             publish_metadata(s3, bucket, metadata_key, f"{dest}.metadata")
         _copy(s3, bucket, source, dest, version, metadata)  # the wheel last: the index only lists wheels that exist

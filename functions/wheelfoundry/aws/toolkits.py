@@ -11,6 +11,7 @@ plans its cells. With ``ToolkitApproval=manual`` the lock is recorded unapproved
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,41 @@ def lock_one(
     return lock, body, reason, version
 
 
+def resolve_locks(
+    get: Get,
+    settings: Any,  # aws.watch.WatchSettings: sources, toolkit_approval, facts
+    subscriptions: Sequence[Subscription],
+    upstream: Upstream,
+    base: Stack,
+    record: Mapping[str, StackToolkit],
+    now: str,
+) -> tuple[Stack, list[tuple[StackToolkit, bytes]], dict[str, StackToolkit]]:
+    """Resolve (never write) a lock for each toolkit the subscriptions' cells need that neither the bundle nor
+    ``record`` has: (the stack to plan with, each new entry with its bytes, the record with them). The watcher's
+    tick writes what this returns; a dry run (`wheelfoundry local watch --dry-run`) only prints it."""
+    stack = with_record(base, base.locks, record, {})
+    needs = {k: v for k, v in toolkits_needed(subscriptions, upstream, stack).items() if f"{k[0]}-{k[1]}" not in record}
+    if not needs:
+        return stack, [], dict(record)
+    index = toolkit_lock.SimpleIndex(get, settings.sources.pypi.rstrip("/") + "/simple/{}/")
+    facts: FactsOf = settings.facts or upstream_or_assumed(toolkit_facts.reader(get, base.catalog.cuda), base.catalog)
+    resolved, notes = [], {}
+    for (cuda, platform), versions in sorted(needs.items()):
+        try:
+            lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions)
+            found = facts(cuda, platform, version)  # the torch wheel built with it: where its facts are read
+        except (toolkit_lock.ToolkitLockError, OSError, ValueError, KeyError) as exc:
+            fix = f"run tools/lock_cuda.py wheels {cuda} --platform {platform}, then redeploy"
+            notes[f"{cuda}-{platform}"] = (
+                f"CUDA {cuda}: no lock for {platform}; the watcher could not write one ({exc}); {fix}"
+            )
+            continue
+        entry = stack_toolkits.entry(lock, body, found, settings.toolkit_approval != "manual", now, reason)
+        resolved.append((entry, body))
+    merged = stack_toolkits.merge(record, [e for e, _ in resolved])
+    return with_record(base, base.locks, merged, notes), resolved, merged
+
+
 def learn(
     s3: Any,
     get: Get,
@@ -100,35 +136,18 @@ def learn(
     """Lock what the subscriptions' cells need (written unless a dry run); (the stack to plan with, the locks
     written, problems). A toolkit that cannot be locked is named on its cells; the rest of the tick goes on."""
     record, problems = read_record(s3, settings.bucket)
-    stack = with_record(base, base.locks, record, {})
-    needs = {k: v for k, v in toolkits_needed(subscriptions, upstream, stack).items() if f"{k[0]}-{k[1]}" not in record}
-    if not needs:
-        return stack, [], problems
-    index = toolkit_lock.SimpleIndex(get, settings.sources.pypi.rstrip("/") + "/simple/{}/")
-    facts: FactsOf = settings.facts or upstream_or_assumed(toolkit_facts.reader(get, base.catalog.cuda), base.catalog)
-    written, notes = [], {}
-    for (cuda, platform), versions in sorted(needs.items()):
-        try:
-            lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions)
-            found = facts(cuda, platform, version)  # the torch wheel built with it: where its facts are read
-        except (toolkit_lock.ToolkitLockError, OSError, ValueError, KeyError) as exc:
-            fix = f"run tools/lock_cuda.py wheels {cuda} --platform {platform}, then redeploy"
-            notes[f"{cuda}-{platform}"] = (
-                f"CUDA {cuda}: no lock for {platform}; the watcher could not write one ({exc}); {fix}"
-            )
-            continue
-        entry = stack_toolkits.entry(lock, body, found, settings.toolkit_approval != "manual", now, reason)
-        if not settings.dry_run:
+    stack, resolved, merged = resolve_locks(get, settings, subscriptions, upstream, base, record, now)
+    if resolved and not settings.dry_run:
+        for entry, body in resolved:
             put_lock(s3, settings.bucket, entry.key, entry.sha256, body)
-        written.append(entry)
-    record = stack_toolkits.merge(record, written)
-    if written and not settings.dry_run:  # after the locks: the record never names a key not yet there
-        write_record(s3, settings.bucket, record)
-    return with_record(base, base.locks, record, notes), written, problems
+        write_record(s3, settings.bucket, merged)  # after the locks: the record never names a key not yet there
+    return stack, [e for e, _ in resolved], problems
 
 
-def described(entry: StackToolkit, dry_run: bool) -> dict[str, Any]:
-    """A written lock as the tick record, the run record and the notification name it."""
+def described(entry: StackToolkit, dry_run: bool, body: bytes | None = None) -> dict[str, Any]:
+    """A written lock as the tick record, the run record and the notification name it (``body``: its bytes, to
+    count the files it pins)."""
+    wheels = {"wheels": len(tomllib.loads(body.decode()).get("wheel", []))} if body is not None else {}
     return {
         "cuda": entry.cuda,
         "platform": entry.platform,
@@ -138,4 +157,5 @@ def described(entry: StackToolkit, dry_run: bool) -> dict[str, Any]:
         "approved": entry.approved,
         "status": "would write" if dry_run else "written",
         "sources": dict(entry.sources),
+        **wheels,
     }

@@ -1,0 +1,125 @@
+"""Which wheels each index of a channel lists: the channel-wide one, and one per (torch minor, variant).
+
+download.pytorch.org's ``/whl/cu130/`` is the model: one index a user of that variant points at, holding
+everything they need. ``simple/<channel>/torch2.11-cu130/`` (the name of the cell builds, ``torch2.11-cu130``,
+as Merge records them) lists, per project:
+
+- the merged wheels that hold a build for torch 2.11 + cu130 (their ``Requires-Dist: torch`` covers it);
+- the per-cell wheels built for it (``+pt211cu130``), and no other cell's;
+- every wheel of the channel built for no cell (a pure dependency from another job), so a dependency from
+  the same channel resolves through the one index.
+
+The channel-wide ``simple/<channel>/`` must be right for any torch, and local labels cannot choose a build
+(``+pt212cu130`` beats ``+pt211cu130`` for a user of 2.11, ``+pt29`` beats ``+pt211``). So it lists merged
+and plain wheels, and a per-cell wheel only where the resolver can tell it from its siblings: it carries a
+torch pin, and no other cell's wheel of the same file name (without the label) carries the same pin; a cpu
+and a cu130 build of one torch pin the same torch, and only the variant index can choose between them.
+
+The older per-variant pages (``torch-2.11.0+cu130/`` and ``torch-2.11.0+cu130.html``, per-cell wheels only)
+are still written: the run report's find-links URLs name them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from packaging.utils import parse_wheel_filename
+
+from wheelfoundry.index_pages import (
+    HTML_TYPE,
+    IndexFile,
+    render_find_links,
+    render_project,
+    render_project_json,
+    render_root,
+    render_root_json,
+)
+
+if TYPE_CHECKING:  # index imports this module
+    from wheelfoundry.index import Pages
+
+VARIANT_NAME = re.compile(r"torch(?P<major>[0-9]+)\.(?P<minor>[0-9]+)-(?P<label>cpu|cu[0-9]{2,4})")
+_CELL = re.compile(r"torch-(?P<major>[0-9]+)\.(?P<minor>[0-9]+)[0-9a-z.]*\+(?P<label>cpu|cu[0-9]{2,4})")
+
+
+def short_name(variant: str) -> str:
+    """``torch-2.11.0+cu130`` -> ``torch2.11-cu130``: the variant index a user types (one per torch minor)."""
+    m = _CELL.fullmatch(variant)
+    if m is None:
+        raise ValueError(f"variant {variant!r} is not torch-<version>+<cpu|cuNNN>")
+    return f"torch{m['major']}.{m['minor']}-{m['label']}"
+
+
+def _unlabelled(filename: str) -> tuple[str, str, frozenset[object]]:
+    name, version, _, tags = parse_wheel_filename(filename)
+    return str(name), version.public, tags
+
+
+def _is_cell(f: IndexFile) -> bool:
+    """A per-cell wheel: one build for one (torch, variant). A merged wheel lists several, or carries no label."""
+    return len(f.variants) == 1 and parse_wheel_filename(f.filename)[1].local is not None
+
+
+def channel_files(files: list[IndexFile]) -> list[IndexFile]:
+    """What the channel-wide page of a project lists: what is right for any torch (the module doc)."""
+    cells = [f for f in files if _is_cell(f) and f.requires_torch]
+    pins: dict[tuple[object, ...], set[str]] = defaultdict(set)
+    for f in cells:
+        pins[(*_unlabelled(f.filename), f.requires_torch)].add(f.variants[0])
+    told = {f.filename for f in cells if len(pins[(*_unlabelled(f.filename), f.requires_torch)]) == 1}
+    return [f for f in files if not _is_cell(f) or f.filename in told]
+
+
+def variant_projects(projects: dict[str, list[IndexFile]]) -> dict[str, dict[str, list[IndexFile]]]:
+    """short name -> project -> the files its variant index lists (the module doc)."""
+    names = {short_name(v) for files in projects.values() for f in files for v in f.variants}
+    out: dict[str, dict[str, list[IndexFile]]] = {}
+    for name in sorted(names):
+        found: dict[str, list[IndexFile]] = {}
+        for project, files in projects.items():
+            mine = [f for f in files if not f.variants or any(short_name(v) == name for v in f.variants)]
+            if mine:
+                found[project] = mine
+        out[name] = found
+    return out
+
+
+def write_variants(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> dict[str, list[str]]:
+    """Every variant index of the channel, and the older per-variant pages; what was written, by kind."""
+    up = "../../../../"
+    indexes = variant_projects(projects)
+    for name, found in indexes.items():
+        base = f"simple/{channel}/{name}/"
+        for project, files in found.items():
+            pages.folder(
+                f"{base}{project}/",
+                render_project(channel, project, files, up),
+                render_project_json(channel, project, files, up),
+            )
+        pages.folder(base, render_root(f"{channel} {name}", list(found)), render_root_json(list(found)))
+    return {"variant_indexes": sorted(indexes), "variants": _per_cell_pages(pages, channel, projects)}
+
+
+def _per_cell_pages(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
+    """``simple/<channel>/torch-2.13.0+cpu/`` and ``torch-2.13.0+cpu.html``: the cell wheels of one variant, as
+    the PyG wheel index has them (``pip install NAME -f .../torch-2.13.0+cpu.html``)."""
+    by_variant: dict[str, dict[str, list[IndexFile]]] = defaultdict(lambda: defaultdict(list))
+    for project, files in projects.items():
+        for f in files:
+            for variant in f.variants:
+                by_variant[variant][project].append(f)
+    up = "../../../../"
+    for variant, found in by_variant.items():
+        base = f"simple/{channel}/{variant}/"
+        for project, files in found.items():
+            pages.folder(
+                f"{base}{project}/",
+                render_project(channel, project, files, up),
+                render_project_json(channel, project, files, up),
+            )
+        pages.folder(base, render_root(f"{channel} {variant}", list(found)), render_root_json(list(found)))
+        every = [f for files in found.values() for f in files]
+        pages.put(f"simple/{channel}/{variant}.html", render_find_links(channel, variant, every), HTML_TYPE)
+    return sorted(by_variant)
