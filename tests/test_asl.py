@@ -163,6 +163,15 @@ def test_a_merged_wheel_that_failed_its_test_falls_back_to_the_cell_wheels_once(
     assert asl()["States"]["ImagesOrReport"]["Default"] == "Report"  # no image section: straight to Report
 
 
+def test_publish_index_keeps_what_report_reads_of_it() -> None:
+    """Report's public URLs come from PublishIndex's result: the find-links pages and the variant indexes
+    (issue 65: a ResultSelector without variant_indexes left every run's report and `local demo` without them)."""
+    selector = asl()["States"]["PublishIndex"]["ResultSelector"]
+    for key in ("channel", "index_prefix", "variants", "variant_indexes"):
+        assert selector[f"{key}.$"] == f"$.Payload.{key}", key
+    assert asl()["States"]["Report"]["Parameters"]["Payload"]["publish.$"] == "$.publish"
+
+
 @pytest.mark.parametrize("name", ["Validate", "Attest", "PublishIndex", "Upload", "Report"])
 def test_top_level_tasks_exist(name: str) -> None:
     assert asl()["States"][name]["Type"] == "Task"

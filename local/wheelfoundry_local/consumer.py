@@ -9,8 +9,10 @@ environment.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
+from wfbuild.envs import BASE_PTH
 from wheelfoundry.provenance import SUFFIX
 from wheelfoundry_user.trust import Keyring
 
@@ -95,40 +98,85 @@ def anonymous_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not CREDENTIALS.match(k)}
 
 
-def install_and_test(index: str, project: str, venv: Path, tests: Path, out: Print) -> int:
-    """A user's view: a fresh venv with their torch, the wheel from the index with no AWS credentials,
-    the extension's tests; the wheel under test is installed into the venv itself."""
-    out(f"a fresh venv with the user's torch (from the cached environment): {venv}")
-    pip = [
-        str(venv / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-warn-script-location",
-    ]
-    env = anonymous_env()
-    out(f"installing {project} with no AWS credentials (AWS_* unset): pip install --index-url {index} {project}")
-    # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
-    subprocess.run([*pip, "--isolated", "--index-url", index, project], check=True, env=env)
+def uv_binary() -> str:
+    """The uv a user would run: the one beside this interpreter (.venv's, a dev dependency), else on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if os.access(beside, os.X_OK) else shutil.which("uv")
+    if found is None:
+        raise FileNotFoundError(f"no uv beside {sys.executable} or on PATH: pip install uv (the dev extra has it)")
+    return found
+
+
+def uv_env(uv: str, users: Path, dest: Path, log: Path) -> Path:
+    """A fresh venv made by ``uv venv`` with the same torch, numpy, pytest and hypothesis as ``users`` (the
+    cached environment, through the same .pth file). uv reads what is installed from the venv's own
+    site-packages, not from sys.path as pip does, so the cached environment's ``*.dist-info`` folders (the
+    metadata alone) are copied in: uv then sees the user's torch as installed and resolves the wheel against it,
+    as it would in a venv where it had installed torch itself. uv's output goes to ``log``."""
+    argv = [uv, "venv", "--no-config", "--no-cache", "--clear", "--python", str(users / "bin" / "python"), str(dest)]
+    with log.open("w") as handle:
+        done = subprocess.run(argv, env=uv_environment(), stdout=handle, stderr=handle, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"uv venv failed: see {log}")
+    (theirs,) = users.glob("lib/python*/site-packages")
+    (mine,) = dest.glob("lib/python*/site-packages")
+    pth = theirs / BASE_PTH
+    shutil.copy2(pth, mine / BASE_PTH)
+    found = re.search(r"addsitedir\((\".*\")\)", pth.read_text())
+    if found is None:
+        raise RuntimeError(f"{pth}: not a cached environment's path file")
+    for info in Path(json.loads(found[1])).glob("*.dist-info"):
+        shutil.copytree(info, mine / info.name, dirs_exist_ok=True)
+    return dest
+
+
+def uv_environment() -> dict[str, str]:
+    """anonymous_env without UV_* settings (with --no-config: no uv.toml either), never a Python download."""
+    return {**{k: v for k, v in anonymous_env().items() if not k.startswith("UV_")}, "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def install_and_test(index: str, project: str, venv: Path, tests: Path, out: Print, uv: str | None = None) -> int:
+    """A user's view: a fresh venv with their torch, the wheel from the index with no AWS credentials (with pip,
+    or with ``uv`` given its binary), the extension's tests; the wheel under test is installed into the venv
+    itself."""
+    python = str(venv / "bin" / "python")
+    if uv is None:
+        installer = "pip"
+        # --isolated: no pip.conf or PIP_* extra indexes, so the wheel can only come from our index.
+        argv = [python, "-m", "pip", "install", "--isolated", "--quiet", "--disable-pip-version-check"]
+        argv += ["--no-warn-script-location", "--index-url", index, project]
+        shown = f"pip install --index-url {index} {project}"
+        env = anonymous_env()
+    else:
+        installer = "uv"
+        # --no-config and no UV_* variables: no uv.toml or extra index; --no-cache: nothing from an earlier run.
+        # Not quiet: uv's summary shows what it installed (the wheel alone: the user's torch is there already).
+        argv = [uv, "pip", "install", "--no-config", "--no-cache", "--python", python]
+        argv += ["--index-url", index, project]
+        shown = f"uv pip install --python {python} --index-url {index} {project}"
+        env = uv_environment()
+    out(f"\n{installer}: a fresh venv with the user's torch (from the cached environment): {venv}")
+    out(f"{installer}: installing {project} with no AWS credentials (AWS_* unset): {shown}")
+    subprocess.run(argv, check=True, env=env)
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", f"import {project.replace('-', '_')} as m; print(m.__file__)"],
+        [python, "-c", f"import {project.replace('-', '_')} as m; print(m.__file__)"],
         check=True,
         capture_output=True,
         text=True,
         env=env,
     ).stdout.strip()
-    out(f"imported from {where}")
-    out(f"running the extension's tests: {tests}")
+    out(f"{installer}: imported from {where}")
+    out(f"{installer}: running the extension's tests: {tests}")
     # Own ini file, importlib mode and another working directory: the tests import the installed
     # wheel, never the source tree, and no configuration of this repository applies.
     ini = venv / "pytest.ini"
     ini.write_text("[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n")
     result = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pytest", "-c", str(ini), "--rootdir", str(venv), str(tests)],
+        [python, "-m", "pytest", "-q", "-c", str(ini), "--rootdir", str(venv), str(tests)],
         cwd=venv,
         check=False,
         env=env,
     )
+    verdict = "passed" if result.returncode == 0 else f"FAILED (pytest exit {result.returncode})"
+    out(f"{installer}: installed through {index}, the extension's tests {verdict}")
     return result.returncode

@@ -22,12 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wheelfoundry.index_variants import VARIANT_NAME
 from wheelfoundry_user import archs
 from wheelfoundry_user.failures import execution_failure, run_failures
 from wheelfoundry_user.public import PublicIndex, pinned_keyring
 from wheelfoundry_user.verify import pem_of
 
-from .consumer import copy_published, install_and_test, user_env
+from .consumer import copy_published, install_and_test, user_env, uv_binary, uv_env
 from .edge import serving_edge
 from .newer_torch import seed as seed_newer_torch
 from .progress import Progress
@@ -151,12 +152,13 @@ def run_demo(
             explain_failure(s3, bucket, result, state_dir, out, debug)
             return 1
         channel = result.output["channel"]
-        layout = show_layout(s3, bucket, result, channel, out)
+        show_layout(s3, bucket, result, channel, out)
         with serving_edge(aws, stack) as edge:  # what anyone gets from the distribution, no credentials
             fingerprint = save_public_key(aws, stack, dist)
             public_index = f"{stack.outputs['PublicIndexUrl']}{channel}/"
             index = edge.local(public_index)
-            out(f"\npublic index: {public_index}  (served here by the local edge: {index})")
+            variants = show_variant_indexes(result.output.get("public") or {}, edge.local, out)
+            out(f"public index: {public_index}  (served here by the local edge: {index})")
             for page in (result.output.get("public") or {}).get("find_links") or []:
                 out(f"  find-links: pip install {project} -f {page}  (here: {edge.local(page)})")
             out(f"provenance key fingerprint (what users pin): {fingerprint}")
@@ -165,14 +167,52 @@ def run_demo(
             out(f"verify: wheelfoundry verify --index-url {public_index} --key-fingerprint {fingerprint}")
             out(f"wheels copied to {dist}/ (private copy: s3://{bucket}/wheels/{channel}/)")
             if users is not None:
-                if layout == "per-cell":  # the index of the user's (torch, CPU) variant
-                    index = f"{index}torch-{_exact_torch(next(iter(request['torch'])))}+cpu/"
-                code = install_and_test(index, project, users.result(), source / "tests", out)
+                code = install_both(request, variants, index, project, users.result(), source / "tests", out)
         left = aws.instances()
         out(f"instances still pending/running in the emulator: {len(left)}")
     what = "demo" if test else "run"
     out(f"{what} {'passed' if code == 0 and not left else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if code == 0 and not left else 1
+
+
+def show_variant_indexes(public: dict[str, Any], local: Callable[[str], str], out: Print) -> dict[str, str]:
+    """Each variant index the run's channel has (one per torch minor and CPU/CUDA variant: the whole channel
+    as that user needs it), first: what a user of that torch types. Short name -> the URL served here."""
+    served = {name: local(url) for name, url in (public.get("variant_indexes") or {}).items()}
+    out("")
+    for name, url in served.items():
+        m = VARIANT_NAME.fullmatch(name)
+        what = f"torch {m['major']}.{m['minor']}, {m['label']}" if m else name
+        out(f"variant index ({what}): {url}  (public: {public['variant_indexes'][name]})")
+    return served
+
+
+def install_both(
+    request: dict[str, Any],
+    variants: dict[str, str],
+    channel_index: str,
+    project: str,
+    users: Path,
+    tests: Path,
+    out: Print,
+) -> int:
+    """The published wheel through the variant index of the user's (torch, CPU) into two fresh venvs, with pip
+    and with uv, the extension's tests in each; 0 when both passed. The channel-wide index where the channel
+    has no such variant index (a request without a CPU cell)."""
+    torch = _exact_torch(next(iter(request["torch"])))
+    name = "torch{}.{}-cpu".format(*torch.split(".")[:2])
+    index = variants.get(name)
+    if index is None:
+        out(f"no variant index {name} (the request has no CPU cell of torch {torch}): the channel's index instead")
+        index = channel_index
+    uv = uv_binary()
+    venv = uv_env(uv, users, users.with_name(f"{users.name}-uv"), users.with_name(f"{users.name}-uv.log"))
+    codes = {
+        "pip": install_and_test(index, project, users, tests, out),
+        "uv": install_and_test(index, project, venv, tests, out, uv=uv),
+    }
+    out(", ".join(f"{k} {'passed' if c == 0 else 'FAILED'}" for k, c in codes.items()) + f" through {index}")
+    return max(codes.values())
 
 
 def show_device_code(s3: Any, bucket: str, result: ExecutionResult, out: Print) -> None:

@@ -125,6 +125,11 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
             Metadata=head["Metadata"],
             MetadataDirective="REPLACE",
         )
+        # and its PEP 658 file, as Collect publishes one beside each wheel: the channel-wide page lists a cell
+        # wheel only where its metadata pins its torch (wheelfoundry.index_variants)
+        s3.copy_object(
+            Bucket=bucket, Key=f"{newer}.metadata", CopySource={"Bucket": bucket, "Key": f"{wheel_key}.metadata"}
+        )
         answer = aws.client("lambda").invoke(
             FunctionName=stack.function_name("PublishIndexFunction"),
             Payload=json.dumps({"run": {"bucket": bucket, "channel": "ci"}}).encode(),
