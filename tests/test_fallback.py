@@ -124,9 +124,8 @@ def test_the_fallback_withdraws_the_merged_pass_and_stages_the_cells_for_new_tes
     )
     assert s3.get_object(Bucket=BUCKET, Key=channel)["Body"].read() == b"merged bytes"
     reason = s3.get_object(Bucket=BUCKET, Key=f"{channel}.yanked")["Body"].read().decode()
-    assert reason == "run run-1: the merged wheel failed the test of its published bytes " + (
-        "(my-ext-test-cp311-x86_64: ImportError: gone)"
-    )
+    # a fixed reason on public pages: the verdict quotes the package's test output, kept in fallback.json
+    assert reason == "run run-1: the merged wheel failed the test of its published bytes"
     assert f"{TEST['prefix']}result.json" in _keys(s3, TEST["prefix"])
     record = json.loads(s3.get_object(Bucket=BUCKET, Key="runs/run-1/fallback.json")["Body"].read())
     assert record == {

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import s3_bucket
+from wheelfoundry import elf
+from wheelfoundry.coverage import served
 from wheelfoundry.errors import PublishedNameReused
 from wheelfoundry.index import STATE, YANKED, publish_index
 from wheelfoundry.index_variants import short_name
@@ -95,8 +97,9 @@ def test_the_channel_wide_index_lists_only_what_a_resolver_can_choose_right(s3: 
     put(s3, f"solo-1.0+pt212cu130-{TAGS}", "torch-2.12.0+cu130", PIN["2.12"])
     put(s3, f"unpinned-1.0+pt211cu130-{TAGS}", "torch-2.11.0+cu130")  # built before cell wheels pinned torch
     channel(s3)
-    # ext: 2.11 has a cpu and a cu130 build, both pinning torch 2.11; the resolver cannot tell them apart.
-    assert listed(s3, "simple/ci/ext/") == [CELL_212_CU]
+    # ext: 2.11 has a cpu and a cu130 build, both pinning torch 2.11, and the 2.12 cu130 build would reach a
+    # cpu torch 2.12 user: builds of two variants, none of them on the channel-wide page
+    assert listed(s3, "simple/ci/ext/") == []
     assert listed(s3, "simple/ci/solo/") == [f"solo-1.0+pt211cu130-{TAGS}", f"solo-1.0+pt212cu130-{TAGS}"]
     assert listed(s3, "simple/ci/unpinned/") == []  # the project is ours: an empty page, not another index's
     assert listed(s3, "simple/ci/merged-ext/") == [MERGED] and listed(s3, "simple/ci/helper/") == [DEP]
@@ -130,3 +133,16 @@ def test_a_published_name_never_gets_other_bytes_even_after_a_delete(s3: Any) ->
         publish_index(s3, BUCKET, "ci")
     put(s3, DEP)  # the published bytes back: the channel publishes again
     assert publish_index(s3, BUCKET, "ci")["projects"] == {"helper": 1}
+
+
+def test_a_yanked_wheel_serves_no_cell_so_the_watcher_builds_it_again() -> None:
+    key = "wheels/ci/ext/ext-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    entry = {"variants": ["torch-2.12.0+cpu"]}
+    assert [(s.minor, s.label) for s in served({"wheels": {key: entry}})] == [("2.12", "cpu")]
+    assert served({"wheels": {key: {**entry, "yanked": ""}}}) == []  # yanked with no reason given: still yanked
+
+
+def test_an_untrusted_so_that_crashes_the_elf_reader_is_not_a_module() -> None:
+    header = b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x03\x00\x3e\x00" + b"\xff" * 200  # absurd offsets and sizes
+    assert elf.defined_symbols(header) == frozenset()
+    assert elf.defined_symbols(b"\x7fELF") == frozenset()

@@ -11,7 +11,9 @@ by the digest, so the toolkit's cache key (the lock's bytes) is the digest's too
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,8 @@ def fetch(get: Get, bucket: str, job: Mapping[str, Any], cuda: str, platform: st
             f"toolkit_lock {key}: sha256 {actual} is not the {expected} the job's contract names; refusing it"
         )
     where.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".part")
-    partial.write_bytes(body)
-    partial.replace(target)  # whole or absent: a concurrent job never reads half a lock
+    handle, name = tempfile.mkstemp(dir=where, prefix=f"{target.name}.", suffix=".part")  # one per job
+    with os.fdopen(handle, "wb") as partial:
+        partial.write(body)
+    os.replace(name, target)  # whole or absent: a concurrent job never reads half a lock
     return where

@@ -49,6 +49,8 @@ def served(state: Mapping[str, Any]) -> list[Served]:
             name, version, _, tags = parse_wheel_filename(str(key).rsplit("/", 1)[-1])
         except InvalidWheelFilename:
             continue
+        if isinstance(entry, Mapping) and entry.get("yanked") is not None:
+            continue  # withdrawn (PEP 592): it serves no cell, so the watcher builds those cells again
         variants = entry.get("variants") if isinstance(entry, Mapping) else None
         for tag in tags:
             python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)

@@ -35,8 +35,8 @@ def defined_symbols(data: bytes) -> frozenset[str]:
         if table is None:
             return frozenset()
         return frozenset(sym.name for sym in table.iter_symbols() if sym.name and sym["st_shndx"] != "SHN_UNDEF")
-    except (ELFError, ValueError, KeyError, OSError):  # a truncated or odd file: not a module we can vouch for
-        return frozenset()
+    except (ELFError, ValueError, KeyError, OSError, OverflowError, IndexError, AttributeError, TypeError):
+        return frozenset()  # a truncated or crafted file (a build's bytes are untrusted): not a module we vouch for
 
 
 def is_plain_extension_module(path: str, data: bytes) -> bool:

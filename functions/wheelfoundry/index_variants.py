@@ -62,14 +62,41 @@ def _is_cell(f: IndexFile) -> bool:
     return len(f.variants) == 1 and parse_wheel_filename(f.filename)[1].local is not None
 
 
+def _label(variant: str) -> str | None:
+    m = _CELL.fullmatch(variant)
+    return m["label"] if m else None
+
+
 def channel_files(files: list[IndexFile]) -> list[IndexFile]:
-    """What the channel-wide page of a project lists: what is right for any torch (the module doc)."""
-    cells = [f for f in files if _is_cell(f) and f.requires_torch]
-    pins: dict[tuple[object, ...], set[str]] = defaultdict(set)
-    for f in cells:
-        pins[(*_unlabelled(f.filename), f.requires_torch)].add(f.variants[0])
-    told = {f.filename for f in cells if len(pins[(*_unlabelled(f.filename), f.requires_torch)]) == 1}
+    """What the channel-wide page of a project lists: what is right for any torch (the module doc). Builds of
+    one (name, public version, tags) are told apart only by their torch pins: cell wheels are listed where all
+    of the group's builds are pinned cells of one variant, each pinning another torch. A merged or plain wheel
+    beside them (its version sorts below any local label) or a second variant (cpu and cu130 pin the same
+    torch) leaves the cells to the variant indexes."""
+    groups: dict[tuple[object, ...], list[IndexFile]] = defaultdict(list)
+    for f in files:
+        groups[_unlabelled(f.filename)].append(f)
+    told: set[str] = set()
+    for group in groups.values():
+        if not all(_is_cell(f) and f.requires_torch for f in group):
+            continue
+        pins = [f.requires_torch for f in group]
+        if len({_label(f.variants[0]) for f in group}) == 1 and len(set(pins)) == len(pins):
+            told |= {f.filename for f in group}
     return [f for f in files if not _is_cell(f) or f.filename in told]
+
+
+def _plain_fits(f: IndexFile, name: str) -> bool:
+    """A wheel built for no cell, on the variant index ``name``: one without a local label (a pure dependency),
+    or a framework job's build of that variant (``torch-2.11.0+cu130`` on torch2.11-cu130 only)."""
+    local = parse_wheel_filename(f.filename)[1].local
+    index = VARIANT_NAME.fullmatch(name)
+    if local is None or index is None:
+        return local is None
+    if local != index["label"]:
+        return False
+    project, version = parse_wheel_filename(f.filename)[:2]
+    return project != "torch" or (version.major, version.minor) == (int(index["major"]), int(index["minor"]))
 
 
 def variant_projects(projects: dict[str, list[IndexFile]]) -> dict[str, dict[str, list[IndexFile]]]:
@@ -79,7 +106,11 @@ def variant_projects(projects: dict[str, list[IndexFile]]) -> dict[str, dict[str
     for name in sorted(names):
         found: dict[str, list[IndexFile]] = {}
         for project, files in projects.items():
-            mine = [f for f in files if not f.variants or any(short_name(v) == name for v in f.variants)]
+            mine = [
+                f
+                for f in files
+                if any(short_name(v) == name for v in f.variants) or (not f.variants and _plain_fits(f, name))
+            ]
             if mine:
                 found[project] = mine
         out[name] = found

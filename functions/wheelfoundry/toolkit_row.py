@@ -57,7 +57,7 @@ def upstream_or_assumed(read: FactsOf, catalog: Catalog) -> FactsOf:
     def facts(cuda: str, platform: str, torch_release: str) -> Facts:
         try:
             return read(cuda, platform, torch_release)
-        except (OSError, ValueError, KeyError) as exc:
+        except Exception as exc:  # anything upstream can throw at a partial read: the row says why, not a crash
             found = assumed(cuda, platform, torch_release)
             why = f"upstream not read ({str(exc)[:200]})"
             return dataclasses.replace(found, sources={k: f"{why}; {v}" for k, v in found.sources.items()})

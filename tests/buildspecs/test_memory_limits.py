@@ -301,6 +301,7 @@ def test_units_needing_more_memory_than_the_instance_has_compile_one_at_a_time_a
             SpotNotice.due.set()
             imds.shutdown()
         log = aws.text(job.replace("job.json", "build.log"))
+        stored = _cached_units(aws)  # what the relaunch can find, whatever the server had counted when it stopped
         # The relaunch: a new instance (a fresh folder), the same job, memory and compiler cache
         code2, resumed, sampler2 = _build(aws, job, tmp_path / "second", cache_dir, cgroup, token=False)
         kills = cgroup.oom_kills()
@@ -309,7 +310,6 @@ def test_units_needing_more_memory_than_the_instance_has_compile_one_at_a_time_a
     assert interrupted["parallelism"]["gib_per_compiler"] == per_job, "the plan's figure, from the record"
     assert "MAX_JOBS=1 each" in log and f"at {words(per_job)} each, 1 at once" in log, log[-3000:]
     assert sampler.most() == 1, "one compiler at a time, as the memory holds"
-    stored = _cached_units(aws)  # what the relaunch can find, whatever the server had counted when it stopped
     assert 2 <= stored < 4, f"interrupted mid-compile: {stored} of the 4 units stored"
     assert interrupted["compiler_cache"]["writes"] <= stored, interrupted["compiler_cache"]
     build = next(s for s in interrupted["stages"] if s["name"] == f"build-{CELL}")

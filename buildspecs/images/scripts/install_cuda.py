@@ -23,6 +23,7 @@ Python 3.11+, standard library only: it runs in the builder image and on a host-
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import json
@@ -233,6 +234,7 @@ def finish_layout(prefix: Path, platform: str) -> None:
             (targets / name).symlink_to(to)
 
 
+@functools.cache  # one module: `except driver_stub().StubError` catches what its ensure() raised
 def driver_stub() -> Any:  # loaded by path: host mode loads this file by path too, off sys.path
     spec = importlib.util.spec_from_file_location("wf_driver_stub", HERE / "driver_stub.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]

@@ -79,10 +79,12 @@ def evidence(event: dict[str, Any], s3: Any) -> str | None:
     return None
 
 
-def withdraw(s3: Any, run: dict[str, Any], tests: list[dict[str, Any]], why: str = "") -> list[str]:
+def withdraw(s3: Any, run: dict[str, Any], tests: list[dict[str, Any]]) -> list[str]:
     """Yank what this run's merged pass published (unsigned): the next PublishIndex marks it ``data-yanked``."""
     gone = []
-    reason = f"run {run['id']}: the merged wheel failed the test of its published bytes ({why})"[:500]
+    # A fixed reason: the verdict quotes the package's own test output, which stays in fallback.json and the
+    # run's report, not on public pages
+    reason = f"run {run['id']}: the merged wheel failed the test of its published bytes"[:500]
     for test in tests:
         result = _json(s3, run["bucket"], f"{test['prefix']}result.json") or {}
         for filename in (result.get("collect") or {}).get("published") or []:
@@ -119,7 +121,7 @@ def restage(event: dict[str, Any], s3: Any, work: Path | None = None) -> dict[st
     first = list(event.get("failed_tests") or [])
     record: dict[str, Any] = {"from": "merged", "to": "per-cell", "why": why, "tests": [t["id"] for t in first]}
     s3.put_object(Bucket=run["bucket"], Key=marker_key(run), Body=json.dumps(record, indent=2).encode())
-    record["withdrawn"] = withdraw(s3, run, first, why)
+    record["withdrawn"] = withdraw(s3, run, first)
     retests = retest_jobs(s3, run, list(event.get("test_jobs") or []))
     record["retests"] = [t["id"] for t in retests]
     s3.put_object(Bucket=run["bucket"], Key=marker_key(run), Body=json.dumps(record, indent=2).encode())

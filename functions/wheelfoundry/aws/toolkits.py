@@ -25,6 +25,7 @@ from wheelfoundry.watcher import Stack, Upstream, toolkits_needed
 
 WRITER = "the WheelFoundry watcher (wheelfoundry.aws.toolkits, as tools/lock_cuda.py wheels)"
 Get = toolkit_lock.Get
+NOT_READ = f"{INDEX_KEY} not read"  # the record exists but could not be read (not: it was never written)
 
 
 def read_record(s3: Any, bucket: str) -> tuple[dict[str, StackToolkit], list[str]]:
@@ -34,7 +35,7 @@ def read_record(s3: Any, bucket: str) -> tuple[dict[str, StackToolkit], list[str
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return {}, []
-        return {}, [f"{INDEX_KEY} not read ({exc}): the stack's toolkits are not used this time"]
+        return {}, [f"{NOT_READ} ({exc}): the stack's toolkits are not used this time"]
     return stack_toolkits.parse(body)
 
 
@@ -106,13 +107,15 @@ def resolve_locks(
     if not needs:
         return stack, [], dict(record)
     index = toolkit_lock.SimpleIndex(get, settings.sources.pypi.rstrip("/") + "/simple/{}/")
-    facts: FactsOf = settings.facts or upstream_or_assumed(toolkit_facts.reader(get, base.catalog.cuda), base.catalog)
+    facts: FactsOf = settings.facts or upstream_or_assumed(
+        toolkit_facts.reader(get, base.catalog.cuda, index), base.catalog
+    )
     resolved, notes = [], {}
     for (cuda, platform), versions in sorted(needs.items()):
         try:
             lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions)
             found = facts(cuda, platform, version)  # the torch wheel built with it: where its facts are read
-        except (toolkit_lock.ToolkitLockError, OSError, ValueError, KeyError) as exc:
+        except Exception as exc:  # a bad zip, an index's odd answer, a throttled bucket: named, the tick goes on
             fix = f"run tools/lock_cuda.py wheels {cuda} --platform {platform}, then redeploy"
             notes[f"{cuda}-{platform}"] = (
                 f"CUDA {cuda}: no lock for {platform}; the watcher could not write one ({exc}); {fix}"
@@ -136,6 +139,8 @@ def learn(
     """Lock what the subscriptions' cells need (written unless a dry run); (the stack to plan with, the locks
     written, problems). A toolkit that cannot be locked is named on its cells; the rest of the tick goes on."""
     record, problems = read_record(s3, settings.bucket)
+    if any(p.startswith(NOT_READ) for p in problems):  # never written over unread (entries, approvals): next tick
+        return with_record(base, base.locks, record, {}), [], problems
     stack, resolved, merged = resolve_locks(get, settings, subscriptions, upstream, base, record, now)
     if resolved and not settings.dry_run:
         for entry, body in resolved:

@@ -221,7 +221,7 @@ class WatchSettings:
     max_starts: int = 4  # runs one tick may start; the rest wait for the next tick (and are named)
     dry_run: bool = False
     toolkit_approval: str = "auto"  # ToolkitApproval: "manual" records a new lock unapproved (its cells wait)
-    facts: FactsOf | None = None  # a new toolkit's row facts; None: stack_toolkits.assumed_facts (a stop-gap)
+    facts: FactsOf | None = None  # a new toolkit's row facts; None: read upstream (toolkit_facts), else assumed
 
 
 def run_tick(s3: Any, sfn: Any, fetch: Fetch, settings: WatchSettings, now: datetime) -> dict[str, Any]:
