@@ -150,6 +150,7 @@ def test_an_extension_job_builds_in_docker_and_its_hostile_build_is_contained(
         "fetch-source": "succeeded",
         f"env-{cell}": "succeeded",
         f"build-{cell}": "succeeded",
+        f"abi-{cell}": "succeeded",  # what the cell's compiled files import (wfbuild.abi), read in the container too
         f"repair-{cell}": "succeeded",
         f"smoke-{cell}": "succeeded",
         "manifest": "succeeded",
