@@ -119,18 +119,19 @@ def variant_projects(projects: dict[str, list[IndexFile]]) -> dict[str, dict[str
 
 def write_variants(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> dict[str, list[str]]:
     """Every variant index of the channel, and the older per-variant pages; what was written, by kind."""
-    up = "../../../../"
     indexes = variant_projects(projects)
     for name, found in indexes.items():
-        base = f"simple/{channel}/{name}/"
-        for project, files in found.items():
-            pages.folder(
-                f"{base}{project}/",
-                render_project(channel, project, files, up),
-                render_project_json(channel, project, files, up),
-            )
-        pages.folder(base, render_root(f"{channel} {name}", list(found)), render_root_json(list(found)))
+        _write_index(pages, channel, name, found)
     return {"variant_indexes": sorted(indexes), "variants": _per_cell_pages(pages, channel, projects)}
+
+
+def _write_index(pages: Pages, channel: str, name: str, found: dict[str, list[IndexFile]]) -> None:
+    """``simple/<channel>/<name>/``: its root and a page per project (the wheels four folders up)."""
+    up, base = "../../../../", f"simple/{channel}/{name}/"
+    for project, files in found.items():
+        html, json = render_project(channel, project, files, up), render_project_json(channel, project, files, up)
+        pages.folder(f"{base}{project}/", html, json)
+    pages.folder(base, render_root(f"{channel} {name}", list(found)), render_root_json(list(found)))
 
 
 def _per_cell_pages(pages: Pages, channel: str, projects: dict[str, list[IndexFile]]) -> list[str]:
@@ -141,16 +142,8 @@ def _per_cell_pages(pages: Pages, channel: str, projects: dict[str, list[IndexFi
         for f in files:
             for variant in f.variants:
                 by_variant[variant][project].append(f)
-    up = "../../../../"
     for variant, found in by_variant.items():
-        base = f"simple/{channel}/{variant}/"
-        for project, files in found.items():
-            pages.folder(
-                f"{base}{project}/",
-                render_project(channel, project, files, up),
-                render_project_json(channel, project, files, up),
-            )
-        pages.folder(base, render_root(f"{channel} {variant}", list(found)), render_root_json(list(found)))
+        _write_index(pages, channel, variant, found)
         every = [f for files in found.values() for f in files]
         pages.put(f"simple/{channel}/{variant}.html", render_find_links(channel, variant, every), HTML_TYPE)
     return sorted(by_variant)
