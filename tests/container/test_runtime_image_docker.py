@@ -9,6 +9,7 @@ the host-mode twin.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -44,7 +45,12 @@ def test_a_runtime_image_is_built_with_docker_tested_in_it_and_its_manifest_push
     assert labels["org.opencontainers.image.base.name"] == runtime_base
     assert labels["dev.wheelfoundry.run-id"] == run_id
     (wheel,) = outcome["wheels"]
-    assert labels["dev.wheelfoundry.wheel-sha256"] == f"{wheel['filename']}={wheel['sha256']}"
+    # every wheel the image installed, the run's first, each by its sha256: the cell wheel pins its torch minor,
+    # so torch 2.13 and its closure are locked into the image too (wfbuild.runtime_image)
+    locked = labels["dev.wheelfoundry.wheel-sha256"].split(",")
+    assert locked[0] == f"{wheel['filename']}={wheel['sha256']}", locked
+    assert all(re.fullmatch(r"[^=,]+\.whl=[0-9a-f]{64}", entry) for entry in locked), locked
+    assert any(entry.startswith("torch-2.13.") for entry in locked), locked
     assert built["Config"]["User"] == "1234:2345" and "TZ=Europe/Berlin" in built["Config"]["Env"]
     # The image tests ran in a container of it: the wheel imports as the request's user, in its zone.
     probe = ["docker", "run", "--rm", "--network", "none", ref, "python", "-c",

@@ -102,6 +102,8 @@ def test_a_hostile_build_cannot_touch_anything_outside_its_job(
         "simple/ci/",
         "simple/ci/torch-2.13.0+cpu/",
         "simple/ci/torch-2.13.0+cpu/wf-tiny-ext/",
+        "simple/ci/torch2.13-cpu/",  # the variant index (wheelfoundry.index_variants)
+        "simple/ci/torch2.13-cpu/wf-tiny-ext/",
         "simple/ci/wf-tiny-ext/",
     ]
     # The refusals came from the job's own session of the extension job role.
