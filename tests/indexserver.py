@@ -3,7 +3,6 @@ with htpasswd users so a test sees the token reach the index; small real wheels 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import socket
@@ -11,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
+from tests.tiny_wheels import pure_wheel
 from wheelfoundry import provenance
 
 
@@ -68,24 +67,7 @@ def pypiserver(root: Path, users: dict[str, str]) -> Iterator[str]:
 
 def tiny_wheel(dest: Path, project: str, version: str, code: str) -> Path:
     """A pure-Python wheel: one module named after the project, with its RECORD."""
-    module = project.replace("-", "_")
-    dist = f"{module}-{version}.dist-info"
-    files = {
-        f"{module}/__init__.py": code.encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: wheelfoundry-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{module}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
-    return path
+    return pure_wheel(dest, project, version, code=code)
 
 
 def new_key() -> ec.EllipticCurvePrivateKey:
