@@ -10,7 +10,6 @@ from typing import Any
 from wheelfoundry import derived, quotas, stack_toolkits
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.aws.timing import calibration_key, read_record
-from wheelfoundry.aws.toolkits import read_record as read_toolkits
 from wheelfoundry.buildenv import extension_cache_scope
 from wheelfoundry.catalog import load_catalog
 from wheelfoundry.config import FarmConfig, load_config
@@ -195,6 +194,9 @@ def validate(
         catalog = with_derived(catalog, derived.read(s3, settings.bucket))
     toolkits: dict[str, stack_toolkits.StackToolkit] = {}
     if stack_toolkits.wanted(raw, catalog):  # a CUDA the catalog lacks: the watcher's locks and their rows
+        # here, not at import: aws.toolkits brings the watcher's modules, which Validate's cold start need not load
+        from wheelfoundry.aws.toolkits import read_record as read_toolkits
+
         toolkits = read_toolkits(s3, settings.bucket)[0]
         catalog = stack_toolkits.with_stack_toolkits(catalog, toolkits)
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
