@@ -39,10 +39,10 @@ def _timed(fn: Any, repeat: int) -> float:
 
 
 def bench_planning() -> list[dict[str, Any]]:
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     catalog, config = load_catalog(), load_config().with_guardrails(max_jobs=100, max_instance_hours=10_000)
     rows = []
@@ -69,7 +69,7 @@ def bench_index(counts: tuple[int, ...] = (20, 100)) -> list[dict[str, Any]]:
     import boto3
     from moto import mock_aws
 
-    from wheelfoundry.index import publish_index
+    from wheelfoundry.publishing.index import publish_index
 
     rows = []
     for count in counts:

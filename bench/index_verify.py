@@ -47,7 +47,7 @@ def wheel(name: str, size: int) -> bytes:
 
 
 def publish(s3: Any, bucket: str, kms: Any, key_arn: str, channel: str, count: int, size: int) -> list[str]:
-    from wheelfoundry import provenance
+    from wheelfoundry.publishing import provenance
 
     sign = provenance.kms_signer(kms, key_arn)
     paths = []

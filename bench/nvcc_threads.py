@@ -7,13 +7,13 @@ Each run is a real `wheelfoundry local run` (embedded AWS, runner in host mode, 
 the repository's lock under WF_CACHE_DIR, the job's compiler cache cold): one cell, torch 2.14 / Python
 3.11, TORCH_CUDA_ARCH_LIST 8.0;9.0 unless --arch-list names another. "off" pins WF_NVCC_THREADS=1: the
 runner's choice before nvcc threads (MAX_JOBS = the cores). "on" lets the runner balance
-(wfbuild.parallelism: the example's one .cu file on 2 cores gets MAX_JOBS 2 and 2 threads); --also N adds
+(wfbuild.compiling.parallelism: the example's one .cu file on 2 cores gets MAX_JOBS 2 and 2 threads); --also N adds
 a row with the threads pinned to N. The figure is the cell's build stage from the job's log, split into
 the seconds in which a cicc or ptxas ran (nvcc's per-architecture steps, what --threads spreads over the
 cores; /proc sampled every 0.2 s) and the rest; the wheel's sha256 is printed beside it (the same every
-way: wfbuild.reproducible). --corpus NAME builds a package of examples/corpus/corpus.toml (its PyPI sdist,
+way: wfbuild.wheels.reproducible). --corpus NAME builds a package of examples/corpus/corpus.toml (its PyPI sdist,
 pinned there) instead of the example: `--corpus torch-scatter` is the PyG layout, one extension per .cu
-file built one after another without ninja, whose CUDA units wfbuild.parallel_compile gives the threads
+file built one after another without ninja, whose CUDA units wfbuild.compiling.parallel_compile gives the threads
 of a .cu file alone (the "per step" part of the column, from the build's own summary line), and whose
 extensions that share no object file build side by side (their chains in the column); the "serial" row
 (--rows) keeps setuptools' loop, one extension after another (WF_EXTENSION_CHAINS=off): the runner before

@@ -4,15 +4,15 @@
 
 Part 1 builds examples/extension-ninja-off (wf-segops: one Extension of four translation units, each
 including torch's headers, ``BuildExtension.with_options(use_ninja=False)``, as the PyG packages build)
-with the farm's compile stage (build-library.sh under wfbuild.cpu_usage, the cached torch 2.13.0 build
+with the farm's compile stage (build-library.sh under wfbuild.compiling.cpu_usage, the cached torch 2.13.0 build
 environment, a fresh copy of the source each time in the same folder), first with MAX_JOBS=1 (what
 setuptools did before: one compiler at a time) and then with MAX_JOBS=<this machine's cores>
-(wfbuild.parallel_compile). It prints the compile stage's wall seconds, CPU seconds and cores busy
+(wfbuild.compiling.parallel_compile). It prints the compile stage's wall seconds, CPU seconds and cores busy
 (CPU / wall / cores), and whether the two wheels are the same bytes.
 
 Part 2 plans a request of --cells CPU cells of the same source three ways: by the catalog's model (no
 run recorded), then with the serial build's and the parallel build's measurement recorded as Report
-records them (wheelfoundry.calibration: the cell's CPU seconds and width), and prints the instance, cells
+records them (wheelfoundry.planning.calibration: the cell's CPU seconds and width), and prints the instance, cells
 at once, a cell's width, expected cores busy, the job's wall hours (one instance: also its
 instance-hours) and dollars. Writes bench/results/parallel_compile-<UTC>.json.
 """
@@ -33,14 +33,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "buildspecs"), str(ROOT / "functions")]
 
-from wfbuild import cpu_usage  # noqa: E402
+from wfbuild.compiling import cpu_usage  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "extension-ninja-off"
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def build_env(cache: Path, dest: Path) -> Path:
-    argv = [sys.executable, "-m", "wfbuild.envs", "--python", PYTHON, "--dest", str(dest), "--torch", "torch==2.13.0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "wfbuild.envs",
+        "--python",
+        PYTHON,
+        "--dest",
+        str(dest),
+        "--torch",
+        "torch==2.13.0",
+    ]
     argv += ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "buildspecs"), "WF_CACHE_DIR": str(cache)}
     subprocess.run(argv, env=env, check=True, capture_output=True)
@@ -65,7 +75,7 @@ def build(work: Path, env_dir: Path, jobs: int) -> dict[str, Any]:
     argv = ["bash", str(ROOT / "buildspecs" / "stages" / "build-library.sh")]
     with (work / f"build-{jobs}.log").open("w") as log:
         code = subprocess.run(
-            [sys.executable, "-m", "wfbuild.cpu_usage", "--out", str(record), "--", *argv],
+            [sys.executable, "-m", "wfbuild.compiling.cpu_usage", "--out", str(record), "--", *argv],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -84,12 +94,12 @@ def build(work: Path, env_dir: Path, jobs: int) -> dict[str, Any]:
 def plans(cells: int, serial: dict[str, Any], parallel: dict[str, Any]) -> list[dict[str, Any]]:
     """A request of ``cells`` CPU cells of this source, planned three ways: by the catalog's model (no run
     recorded yet), with the serial build's measurement recorded, and with the parallel build's."""
-    from wheelfoundry import walltime
-    from wheelfoundry.calibration import cell_cost, cells_of
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning import walltime
+    from wheelfoundry.planning.calibration import cell_cost, cells_of
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     catalog, config = load_catalog(), load_config()
     pythons = ["3.10", "3.11", "3.12", "3.13"]
@@ -110,7 +120,7 @@ def plans(cells: int, serial: dict[str, Any], parallel: dict[str, Any]) -> list[
     def record(build: dict[str, Any]) -> dict[str, Any]:
         stage = {"name": f"build-{cell}", "group": cell, "status": "succeeded", "seconds": build["wall_seconds"]}
         stage["cpu_seconds"] = build["cpu_seconds"]
-        # Both were given MAX_JOBS = the cores: before wfbuild.parallel_compile, setuptools ignored it.
+        # Both were given MAX_JOBS = the cores: before wfbuild.compiling.parallel_compile, setuptools ignored it.
         given = {"cells_at_once": 1, "max_jobs": parallel["jobs"], "nvcc_threads": 1}
         return {"cells": cells_of(first, {"stages": [stage], "parallelism": given}, config)}
 

@@ -10,7 +10,7 @@ cu130 ... each adds cells; where it is not reachable the variants known are PyPI
 the CPU build PyTorch publishes for every release, and the result says so). The CUDA toolkit PyPI's build
 needs and this checkout has no lock for (13.2: issue 64 item 5) is resolved as the watcher would lock it
 (wheelfoundry_cli.newer_torch: aws.toolkits.resolve_locks, written nowhere) and the plan uses its row. Each
-subscription's newest sdist on PyPI sizes its cells (wheelfoundry.source_profile), as `plan --source` does.
+subscription's newest sdist on PyPI sizes its cells (wheelfoundry.planning.source_profile), as `plan --source` does.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def sdist_profile(fetch: Any, sources: Any, project: str) -> tuple[str, Any]:
     """(version, the source profile) of the project's newest sdist on PyPI, sha256 checked."""
     import hashlib
 
-    from wheelfoundry.source_profile import from_path
-    from wheelfoundry.upstream_index import SIMPLE_JSON, pypi_files
-    from wheelfoundry.watch_facts import package_releases
+    from wheelfoundry.catalog.upstream_index import SIMPLE_JSON, pypi_files
+    from wheelfoundry.planning.source_profile import from_path
+    from wheelfoundry.watch.watch_facts import package_releases
 
     page = sources.simple(project)
     newest = package_releases(pypi_files(fetch(page, {"Accept": SIMPLE_JSON}), page))[-1]
@@ -60,11 +60,11 @@ def main() -> int:
     from wheelfoundry_cli.newer_torch import catalog_for
 
     from wheelfoundry.aws.watch import Sources, read_upstream, urllib_fetch
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
+    from wheelfoundry.catalog.upstream_index import cuda_of
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
-    from wheelfoundry.upstream_index import cuda_of
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     sources, fetch = Sources(args.pypi_url, args.pytorch_url), urllib_fetch
     catalog, config = load_catalog(), load_config()

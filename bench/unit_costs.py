@@ -9,7 +9,7 @@ CUDA unit the fixtures and examples hold, and a one-line unit per torch header t
 the flags torch's cpp_extension gives them (``-O2 -fPIC``, C++20 for torch 2.14's headers). Headers and
 nvcc come from WF_CACHE_DIR: a torch 2.14.1+cu130 build environment the tests cached (wfbuild.envs; run
 `make test-heavy` once first), and the locked CUDA 13.0 toolkit a torch 2.14 CUDA 13.0 cell gets
-(wfbuild.toolkit.ensure with the planner's requirements: the tests' own, installed from the lock if
+(wfbuild.cuda.toolkit.ensure with the planner's requirements: the tests' own, installed from the lock if
 missing). CPU-s is the compiler's user and system time (nvcc: all its steps, one after another).
 """
 
@@ -28,11 +28,11 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from wfbuild import toolkit
-from wheelfoundry.catalog import load_catalog
+from wfbuild.cuda import toolkit
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = "2.14.1+cu130"

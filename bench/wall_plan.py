@@ -35,13 +35,13 @@ OLD_FIGURES = {"cells": [{"cuda": True, "archs": 7, "compile_core_hours": 6.4, "
 
 def before(raw: dict[str, Any], record: dict[str, Any] | None = None) -> dict[str, Any]:
     """One job per toolkit on [instances] extension-x86_64, threads off: today's layout, this model."""
-    from wheelfoundry import walltime
-    from wheelfoundry.calibration import cell_cost
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.extensions import cells_for, default_arch_list
-    from wheelfoundry.model import ExtensionRequest
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning import walltime
+    from wheelfoundry.planning.calibration import cell_cost
+    from wheelfoundry.planning.extensions import cells_for, default_arch_list
+    from wheelfoundry.request.model import ExtensionRequest
+    from wheelfoundry.request.request import parse_request
 
     catalog, config = load_catalog(), load_config()
     request = parse_request(raw, catalog, config)
@@ -63,10 +63,10 @@ def before(raw: dict[str, Any], record: dict[str, Any] | None = None) -> dict[st
 
 
 def after(raw: dict[str, Any], wall: float, record: dict[str, Any] | None = None) -> dict[str, Any]:
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     catalog, config = load_catalog(), load_config()
     request = parse_request({**raw, "options": {"max_wall_hours": wall}}, catalog, config)

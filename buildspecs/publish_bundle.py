@@ -20,7 +20,7 @@ from typing import Any
 
 import boto3
 
-from wfbuild import pins
+from wfbuild.images import pins
 
 SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries carry no build-time stamp: same files, same hash

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
 from tests.tiny_wheels import pure_wheel
-from wheelfoundry import provenance
+from wheelfoundry.publishing import provenance
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 tests/fixtures/stable_ext is built twice per module with torch's BuildExtension (no_python_abi_suffix=True,
 TORCH_TARGET_VERSION 2.10): as it is, on LibTorch's stable ABI only, and with WF_ABI_SLIP=1, which slips an
-``at::`` call in. wfbuild.abi classifies them; wheelfoundry.merge, reading the same bytes, calls the
+``at::`` call in. wfbuild.wheels.abi classifies them; wheelfoundry.publishing.merge, reading the same bytes, calls the
 unsuffixed ``wf_stable/csrc.so`` an extension module (it defines ``PyInit_csrc``) and merges it, while a
 plain shared library without ``PyInit_`` stays a library loaded by path.
 """
@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from tests.test_merge import METADATA
-from wfbuild import abi, shims
+from wfbuild.wheels import abi, shims
 from wheelfoundry.aws.merging import choose_layout
-from wheelfoundry.elf import defined_symbols, is_plain_extension_module
-from wheelfoundry.merge import Build, merge, path_loaded, plain_modules
+from wheelfoundry.publishing.elf import defined_symbols, is_plain_extension_module
+from wheelfoundry.publishing.merge import Build, merge, path_loaded, plain_modules
 from wheelfoundry_user import abi as abi_lines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import pytest
 from packaging.version import Version
 
 from tests.helpers import ROOT
-from wheelfoundry.catalog import catalog_from_text, classify, load_catalog
-from wheelfoundry.resolve import Unresolvable, resolve_version
+from wheelfoundry.catalog.catalog import catalog_from_text, classify, load_catalog
+from wheelfoundry.catalog.resolve import Unresolvable, resolve_version
 
 # torch minor: (torchvision, torchaudio, torchtext, torchdata, python range, stable CUDA, experimental CUDA)
 REFERENCE = {

@@ -11,11 +11,11 @@ import pytest
 from wheelfoundry_cli import upstream
 from wheelfoundry_cli.upstream_facts import FACTS_FILE, read_facts_toml, read_files
 
-from wheelfoundry.catalog import catalog_from_text, load_catalog
+from wheelfoundry.catalog.catalog import catalog_from_text, load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.jobs import Job
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.jobs import Job
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"

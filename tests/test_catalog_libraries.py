@@ -9,9 +9,9 @@ from wheelfoundry_cli.catalog_verify import source_problems
 
 from tests.buildspecs.jobs import jobs
 from tests.buildspecs.test_units import _pure_wheel
-from wfbuild import repair
-from wfbuild.stages import render_stages
-from wheelfoundry.catalog import load_catalog
+from wfbuild.stages.stages import render_stages
+from wfbuild.wheels import repair
+from wheelfoundry.catalog.catalog import load_catalog
 
 
 def test_library_facts_have_sources_and_torchdata_is_built_pure() -> None:

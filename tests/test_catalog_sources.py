@@ -15,7 +15,7 @@ from wheelfoundry_cli.catalog_verify import compare, source_problems
 from wheelfoundry_cli.main import main
 from wheelfoundry_cli.upstream_facts import FACTS_FILE, read_facts_toml
 
-from wheelfoundry.catalog import catalog_from_text, load_catalog
+from wheelfoundry.catalog.catalog import catalog_from_text, load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"

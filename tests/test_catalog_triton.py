@@ -7,10 +7,10 @@ from pathlib import Path
 from wheelfoundry_cli import upstream
 from wheelfoundry_cli.upstream_facts import needed_env, read_files
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 
 def test_triton_follows_the_exact_torch_version() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.tiny_wheels import metadata_of, pure_wheel
-from wfbuild import repair, wheelfile
-from wheelfoundry.merge import torch_requirement
+from wfbuild.wheels import repair, wheelfile
+from wheelfoundry.publishing.merge import torch_requirement
 
 
 @pytest.mark.parametrize("version", ["2.11.0", "2.12.1", "2.9.0", "3.0.0", "2.13.0.dev20260101"])

@@ -51,7 +51,7 @@ def test_the_readme_example_nightly_and_every_catalog_cuda_version_plan_without_
 
 
 def test_the_cuda_matrix_examples_cover_every_catalog_cuda_version() -> None:
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
 
     asked = set()
     for name in CUDA_MATRIX:

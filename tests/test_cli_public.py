@@ -20,10 +20,10 @@ from wheelfoundry_cli.main import main
 
 from tests.helpers import http_get
 from tests.test_provenance import BUILDER, MANIFEST, REQUEST, RUN
-from wheelfoundry import provenance
-from wheelfoundry.edge import Edge
 from wheelfoundry.errors import PublishedNameReused
-from wheelfoundry.index import STATE, publish_index
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.edge import Edge
+from wheelfoundry.publishing.index import STATE, publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.edge import LocalEdge, serving_edge
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401

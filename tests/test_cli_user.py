@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from wheelfoundry_cli.main import main
 
-from wheelfoundry.index import publish_index
+from wheelfoundry.publishing.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401
 from wheelfoundry_user import EXIT_FAILED, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_NOT_READY, EXIT_OK

@@ -13,14 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wfbuild import cells, compile_memory, hostinfo
-from wfbuild import compiler_memory as runner_rule
-from wheelfoundry import compiler_memory as plan_rule
-from wheelfoundry.calibration import cell_cost, cells_of
-from wheelfoundry.catalog import load_catalog
+from wfbuild import hostinfo
+from wfbuild.compiling import compiler_memory as runner_rule
+from wfbuild.runner import cells, compile_memory
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import compiler_memory as plan_rule
+from wheelfoundry.planning.calibration import cell_cost, cells_of
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 from wheelfoundry_user.status import memory_cell
 
 REQUEST: dict[str, Any] = {
@@ -43,7 +44,7 @@ def _manifest(peak_mib: float) -> dict[str, Any]:
 
 
 class _Job:
-    """What wfbuild.cells and CompileMemory read of the runner's Job: a relaunch whose earlier attempt's
+    """What wfbuild.runner.cells and CompileMemory read of the runner's Job: a relaunch whose earlier attempt's
     manifest recorded ``earlier`` MiB, planned at ``planned`` GiB a compiler."""
 
     def __init__(self, planned: str, earlier: float) -> None:

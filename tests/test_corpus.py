@@ -19,11 +19,11 @@ from tools.corpus_steps import (
     restore_compiler_cache,
     save_compiler_cache,
 )
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.catalog.resolve import resolve_version
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
-from wheelfoundry.resolve import resolve_version
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 CORPUS = CORPUS_DIR / "corpus.toml"
 

@@ -16,7 +16,7 @@ from packaging.version import Version
 
 import tools.lock_cuda as lock_cuda
 from tests.helpers import ROOT
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 
 CATALOG = load_catalog()
 LOCKS = ROOT / "buildspecs" / "images" / "scripts" / "cuda"

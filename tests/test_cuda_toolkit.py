@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
-from wfbuild import toolkit
+from wfbuild.cuda import toolkit
 
 install_cuda = toolkit.installer(ROOT / "buildspecs")
 

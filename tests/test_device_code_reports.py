@@ -1,6 +1,6 @@
 """Where a CUDA cell's device code is said: the manifest, the signed provenance, Collect's result and the run's
 report, `status` / `local run` (wheelfoundry_user.archs, failures), the merge of a pure-Python cell wheel and
-the GPU step's probe (wfbuild.gpu_probe, wfbuild.gpu_test). The records come from wfbuild.devicecode."""
+the GPU step's probe (wfbuild.gpu.gpu_probe, wfbuild.gpu.gpu_test). The records come from wfbuild.cuda.devicecode."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from tests.buildspecs.test_device_code import FIXTURES
-from wfbuild import gpu_probe, gpu_test, manifest
-from wheelfoundry import provenance
+from wfbuild.gpu import gpu_probe, gpu_test
+from wfbuild.runner import manifest
 from wheelfoundry.aws.report import report
 from wheelfoundry.aws.results import device_code_summary
-from wheelfoundry.merge import Build, MergeConflict, merge
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.merge import Build, MergeConflict, merge
 from wheelfoundry_user import archs
 from wheelfoundry_user.failures import cause_lines
 
@@ -141,7 +142,7 @@ def test_status_and_local_run_show_per_cell_architectures_or_the_refusal() -> No
 
 def test_a_refusal_is_the_cause_a_failed_run_shows() -> None:
     tail = (
-        "[wfbuild 10:00:01] stage devicecode-x: python3 -m wfbuild.devicecode\n"
+        "[wfbuild 10:00:01] stage devicecode-x: python3 -m wfbuild.cuda.devicecode\n"
         "[x] device code: _C.so: host code only (no .nv_fatbin)\n"
         "[x] DeviceCodeMissing:\n"
         "[x] DEVICE CODE REFUSED: cell x (CUDA 13.0, arch list 9.0): no compiled file holds device code\n"

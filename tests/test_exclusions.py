@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.exclusions import KEYS, cover, excluded
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.exclusions import KEYS, cover, excluded
+from wheelfoundry.request.request import parse_request
 
 BASE: dict[str, Any] = {
     "framework": "extension",

@@ -1,4 +1,4 @@
-"""The executor choice per job (wheelfoundry.executors): CodeBuild when it fits and costs no more."""
+"""The executor choice per job (wheelfoundry.planning.executors): CodeBuild when it fits and costs no more."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import FarmConfig, load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.executors import ExecutorRefused, choose, price
-from wheelfoundry.jobs import Job, Plan
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.executors import ExecutorRefused, choose, price
+from wheelfoundry.planning.jobs import Job
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE_TARGETS: dict[str, Any] = json.loads((ROOT / "examples/requests/torch-2.5.1-three-targets.json").read_text())

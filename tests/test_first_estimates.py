@@ -1,4 +1,4 @@
-"""A first run's estimate scales with what the source holds (wheelfoundry.source_profile + calibration
+"""A first run's estimate scales with what the source holds (wheelfoundry.planning.source_profile + calibration
 ``profiled_work``): within 2x of the compile stages the benches measured, on the demo's source and the corpus.
 
 The units of each corpus sdist (pinned by sha256 in examples/corpus/corpus.toml) were counted from its member
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wheelfoundry.calibration import cell_cost
 from wheelfoundry.config import load_config
-from wheelfoundry.source_profile import SourceProfile, from_path, profile
+from wheelfoundry.planning.calibration import cell_cost
+from wheelfoundry.planning.source_profile import SourceProfile, from_path, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -8,9 +8,9 @@ import pytest
 
 from tests.test_pins import EXTENSION
 from tests.test_planning import plan
-from wfbuild.gpu_probe import covers as probe_covers
+from wfbuild.gpu.gpu_probe import covers as probe_covers
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
-from wheelfoundry.gpu_tests import covers
+from wheelfoundry.planning.gpu_tests import covers
 
 
 def test_the_planner_and_the_gpu_hosts_probe_apply_one_arch_rule() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from wfbuild.credentials import session_policy
+from wfbuild.runner.credentials import session_policy
 from wheelfoundry_local.iam_policy import Policy, Request, decide
 
 ROOT = Path(__file__).resolve().parents[1]

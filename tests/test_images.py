@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
-from wheelfoundry.images import IMAGE_PLATFORMS, normalize_cc
-from wheelfoundry.jobs import Plan
-from wheelfoundry.model import ImageWheel, RuntimeImage
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.images import IMAGE_PLATFORMS, normalize_cc
+from wheelfoundry.request.model import ImageWheel, RuntimeImage
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CUDA: dict[str, Any] = {

@@ -14,7 +14,7 @@ from wheelfoundry_cli.index_server import object_key, serving
 
 from tests.helpers import s3_bucket
 from wheelfoundry.errors import IndexConflict
-from wheelfoundry.index import STATE, IndexFile, publish_index, render_project, render_root
+from wheelfoundry.publishing.index import STATE, IndexFile, publish_index, render_project, render_root
 
 BUCKET = "wheel-bucket-test"
 

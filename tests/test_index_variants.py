@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import s3_bucket
-from wheelfoundry import elf
-from wheelfoundry.coverage import served
 from wheelfoundry.errors import PublishedNameReused
-from wheelfoundry.index import STATE, YANKED, publish_index
-from wheelfoundry.index_variants import short_name
+from wheelfoundry.publishing import elf
+from wheelfoundry.publishing.coverage import served
+from wheelfoundry.publishing.index import STATE, YANKED, publish_index
+from wheelfoundry.publishing.index_variants import short_name
 
 BUCKET = "wheel-bucket-variants"
 PIN = {"2.11": "torch<2.12,>=2.11", "2.12": "torch<2.13,>=2.12"}

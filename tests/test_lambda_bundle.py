@@ -68,7 +68,7 @@ def test_bundle_stays_within_the_goal() -> None:
 # Loaded at a function's init, they cost more than the handler's own work: aws_xray_sdk (Powertools'
 # Tracer, ~200 ms; Lambda's active tracing records the invocations) and the planner with jsonschema
 # (~170 ms, only Validate needs them, at its call). handlers/runtime.py says why.
-NOT_AT_INIT = ("aws_xray_sdk", "jsonschema", "wheelfoundry.planning", "wheelfoundry.catalog")
+NOT_AT_INIT = ("aws_xray_sdk", "jsonschema", "wheelfoundry.planning.planning", "wheelfoundry.catalog.catalog")
 
 
 def _modules_after_import(handlers: list[str], extra_env: dict[str, str]) -> set[str]:

@@ -16,8 +16,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from wfbuild.callback import LOG_INTERRUPTED, LOG_PARTIAL, LogUploader, start_log_uploads
 from wfbuild.execute import BuildLog
+from wfbuild.runner.callback import LOG_INTERRUPTED, LOG_PARTIAL, LogUploader, start_log_uploads
 from wheelfoundry_user import EXIT_OK
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.logs import show_log

@@ -12,15 +12,15 @@ import pytest
 
 from tests.helpers import asl
 from tests.test_instances import NOW, RUNNING, aws, event, live  # noqa: F401
-from wheelfoundry import walltime
 from wheelfoundry.aws import tags as T
 from wheelfoundry.aws.instances import client_token, launch
 from wheelfoundry.aws.runs import job_summary
-from wheelfoundry.calibration import cell_cost, cells_of
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import walltime
+from wheelfoundry.planning.calibration import cell_cost, cells_of
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 REQUEST: dict[str, Any] = {
     "framework": "extension",

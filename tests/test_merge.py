@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelfoundry.loader import render_stub
-from wheelfoundry.merge import Build, MergeConflict, merge, torch_requirement
+from wheelfoundry.publishing.loader import render_stub
+from wheelfoundry.publishing.merge import Build, MergeConflict, merge, torch_requirement
 
 SO = "ext/_C.cpython-311-x86_64-linux-gnu.so"
 METADATA = (

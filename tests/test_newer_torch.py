@@ -19,13 +19,14 @@ from tests import test_watch_stack
 from tests.test_subscriptions import FakeS3
 from tests.test_watch_stack import BUCKET
 from tests.watch_support import RECORDED
-from wheelfoundry import derived, stack_toolkits
 from wheelfoundry.aws import watch
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.aws.watch import FetchFailed, Sources
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog import derived
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.toolkits import stack_toolkits
 from wheelfoundry_local.newer_torch import seed
 
 NVIDIA = RECORDED.parent / "toolkit_lock"

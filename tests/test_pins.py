@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tests.test_planning import THREE_TARGETS, plan
-from wfbuild import pins as bundle_pins
+from wfbuild.images import pins as bundle_pins
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.pins import archive_name, unbuildable
+from wheelfoundry.request.pins import archive_name, unbuildable
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "buildspecs" / "images"

@@ -11,14 +11,14 @@ from typing import Any
 
 from wheelfoundry_cli.render import render_plan
 
-from wheelfoundry import walltime
-from wheelfoundry.calibration import cell_cost
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.jobs import Plan
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
-from wheelfoundry.source_profile import SourceProfile
+from wheelfoundry.planning import walltime
+from wheelfoundry.planning.calibration import cell_cost
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.planning.source_profile import SourceProfile
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = {
@@ -137,6 +137,6 @@ def test_plan_imports_no_aws_session_trust_store_or_requirement_parser_for_a_cpu
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
-    assert "wheelfoundry.planning" in loaded
+    assert "wheelfoundry.planning.planning" in loaded
     for lazy in ("boto3", "botocore", "wheelfoundry_user.farm", "wheelfoundry_user.trust", "packaging.requirements"):
         assert lazy not in loaded, lazy

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.jobs import Job, Plan, StackContext
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.jobs import Job, StackContext
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE_TARGETS: dict[str, Any] = json.loads((ROOT / "examples/requests/torch-2.5.1-three-targets.json").read_text())

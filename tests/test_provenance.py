@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 from tests.helpers import resources
-from wheelfoundry import provenance
 from wheelfoundry.aws.attest import state_machine_arn
-from wheelfoundry.index import IndexFile, render_project
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.index import IndexFile, render_project
 from wheelfoundry_local.iam_policy import Request, decide
 from wheelfoundry_user.trust import Keyring, TrustedKey
 from wheelfoundry_user.verify import check, keyring

@@ -1,6 +1,6 @@
 """Issue 31: uploads to a real index server (pypiserver on 127.0.0.1) with twine, then `pip install` from it.
 
-The rules of wheelfoundry.uploads against the real thing: a signed wheel goes up and installs into a fresh
+The rules of wheelfoundry.publishing.uploads against the real thing: a signed wheel goes up and installs into a fresh
 venv; the same sha256 again is skipped; other bytes under the same name are refused and the index keeps
 the first; a file over the limit and an unsigned or altered one are refused before any upload; a wrong
 token is the index's refusal, with twine's cause. `wheelfoundry verify` passes on the wheel downloaded
@@ -20,8 +20,8 @@ import pytest
 
 from tests.indexserver import envelope_for, local_signer, new_key, pem, pypiserver, tiny_wheel
 from wheelfoundry.errors import PublishFailed
-from wheelfoundry.publish_targets import PublishTarget, parse_to
-from wheelfoundry.uploads import Candidate, Credentials, Outcome, publish
+from wheelfoundry.publishing.uploads import Candidate, Credentials, Outcome, publish
+from wheelfoundry.request.publish_targets import PublishTarget, parse_to
 from wheelfoundry_user import trust, verify
 
 TOKEN = Credentials("__token__", "pypi-test-token")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.publish_targets import (
+from wheelfoundry.request.publish_targets import (
     CodeArtifactRepo,
     PublishTarget,
     local_label,
@@ -20,7 +20,7 @@ from wheelfoundry.publish_targets import (
     parse_target,
     parse_to,
 )
-from wheelfoundry.request import parse_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = json.loads((ROOT / "examples/requests/extension-demo.json").read_text())

@@ -20,11 +20,11 @@ import pytest
 from moto import mock_aws
 
 from tests.indexserver import envelope_for, pypiserver, tiny_wheel
-from wheelfoundry import provenance
 from wheelfoundry.aws.report import report
 from wheelfoundry.aws.uploads import upload_run
 from wheelfoundry.errors import JobsFailed, PublishFailed
-from wheelfoundry.publish_targets import parse_to
+from wheelfoundry.publishing import provenance
+from wheelfoundry.request.publish_targets import parse_to
 
 CODE = "def add(a, b):\n    return a + b\n"
 USERS = {"__token__": "pypi-from-secrets-manager", "aws": "codeartifact-token"}

@@ -15,13 +15,13 @@ from moto import mock_aws
 from wheelfoundry_cli.main import main as cli
 
 from tests.test_instances import EXECUTION, RUNNING, STACK
-from wheelfoundry import quotas
 from wheelfoundry.aws.instances import LaunchSettings, launch
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, QuotaTooSmall, QuotaWaitTimedOut, VcpuQuotaWait
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import quotas
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 from wheelfoundry_local._moto import Patches
 from wheelfoundry_local.ec2_quotas import Ec2Quotas
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from wheelfoundry.errors import GuardrailExceeded, RequestInvalid
-from wheelfoundry.model import BuildRequest, ExtensionRequest
-from wheelfoundry.request import parse_request
+from wheelfoundry.request.model import BuildRequest, ExtensionRequest
+from wheelfoundry.request.request import parse_request
 
 GOOD: dict[str, Any] = {
     "version": "2.5.1",
@@ -190,9 +190,9 @@ def test_an_extensions_own_tests_are_typed_and_a_bad_requirement_is_named() -> N
 
 
 def test_guardrails_stop_oversized_requests_before_launch() -> None:
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
+    from wheelfoundry.planning.planning import plan_request
 
     config = load_config().with_guardrails(max_jobs=2)
     request = parse_request(GOOD, config=config)

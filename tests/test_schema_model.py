@@ -8,8 +8,8 @@ from typing import Any, get_args, get_origin
 
 import pytest
 
-from wheelfoundry import model
-from wheelfoundry.request import load_schema
+from wheelfoundry.request import model
+from wheelfoundry.request.request import load_schema
 
 # Schema-only keys, each with the reason it has no dataclass field.
 SCHEMA_ONLY = {"preset"}  # expanded into the request before it is typed

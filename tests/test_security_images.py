@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from wfbuild import compiler_cache
+from wfbuild.compiling import compiler_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "buildspecs" / "images"
@@ -112,7 +112,7 @@ def test_the_configured_tool_versions_have_pinned_checksums() -> None:
 
 def test_every_catalog_aarch64_pin_is_checksummed() -> None:
     """An aarch64 image build refuses a tool release without a sha256: every release's must have one."""
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
 
     sums = _checksums()
     missing = set()

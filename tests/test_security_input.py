@@ -13,7 +13,7 @@ from wheelfoundry_cli.main import main
 
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.errors import LaunchFailed, RequestInvalid
-from wheelfoundry.request import MAX_DEPTH, loads_request, parse_request
+from wheelfoundry.request.request import MAX_DEPTH, loads_request, parse_request
 
 BAD_FILES: dict[str, tuple[bytes, str]] = {
     "deep-nesting": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from wheelfoundry_cli.main import main
 
-from wheelfoundry import walltime
-from wheelfoundry.calibration import cell_cost, cells_of
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.jobs import Plan
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import walltime
+from wheelfoundry.planning.calibration import cell_cost, cells_of
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 # One CPU cell of a ninja-off package (the PyG way), as a user requests it.
 REQUEST = {

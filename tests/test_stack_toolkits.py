@@ -1,4 +1,4 @@
-"""The stack's toolkit record (wheelfoundry.stack_toolkits, toolkits/index.json): built, merged, validated
+"""The stack's toolkit record (wheelfoundry.toolkits.stack_toolkits, toolkits/index.json): built, merged, validated
 whole (an entry failing any check is ignored with its reason), and its rows never over a committed one."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from tests.watch_support import LOCKS, stack_toolkit
-from wheelfoundry import stack_toolkits
-from wheelfoundry.catalog import load_catalog
-from wheelfoundry.toolkit_row import Facts, upstream_or_assumed
-from wheelfoundry.watch_facts import lock_problem
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.toolkits import stack_toolkits
+from wheelfoundry.toolkits.toolkit_row import Facts, upstream_or_assumed
+from wheelfoundry.watch.watch_facts import lock_problem
 
 
 def raw(**changes: object) -> dict[str, object]:

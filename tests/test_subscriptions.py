@@ -14,10 +14,10 @@ from wheelfoundry_cli.watch_local import render_tick
 from tests.watch_support import RECORDED, SCATTER, state
 from wheelfoundry.aws.notify import notify, summary
 from wheelfoundry.aws.report import report
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import JobsFailed, SubscriptionInvalid
-from wheelfoundry.subscriptions import parse_subscription, sample_issues
+from wheelfoundry.watch.subscriptions import parse_subscription, sample_issues
 from wheelfoundry_user.subscriptions import release_lines
 
 NVIDIA = RECORDED.parent / "toolkit_lock"  # PyPI's cuda-toolkit and nvidia-* pages, recorded for CUDA 13.2

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import ROOT, TEMPLATE, build_script, resources, template
-from wheelfoundry.presets import load_preset
-from wheelfoundry.request import parse_request
+from wheelfoundry.request.presets import load_preset
+from wheelfoundry.request.request import parse_request
 
 
 def _tool(name: str) -> str:
@@ -153,7 +153,7 @@ def test_lambda_requirements_lock_the_project_dependencies_and_their_closure() -
         "jsonschema",
         "packaging",
         "pyelftools",
-    ]  # pyelftools: the merge step reads PyInit_ (wheelfoundry.elf)
+    ]  # pyelftools: the merge step reads PyInit_ (wheelfoundry.publishing.elf)
     locked = parse_lock((ROOT / "functions/requirements.txt").read_text())
     # the whole closure at the versions the tests run: a missing or drifted line fails here, not in sam build
     assert {name: version for name, (version, _) in locked.items()} == closure(direct)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tests.helpers import all_states, resources
-from wheelfoundry.edge import NOT_FOUND, SITE_ROOT
+from wheelfoundry.publishing.edge import NOT_FOUND, SITE_ROOT
 
 RETAIN = {"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"}
 

@@ -1,4 +1,4 @@
-"""Deriving a toolkit's facts from the index's wheels by Range reads (wheelfoundry.toolkit_facts, remote_wheel,
+"""Deriving a toolkit's facts from the index's wheels by Range reads (wheelfoundry.toolkits.toolkit_facts, remote_wheel,
 fatbin_headers). No network: the wheels are built here, served by a ``get`` that honours Range.
 
 The synthetic libraries hold what the real ones do where it is read (torch 2.14.1's cu130 wheel, read live:
@@ -20,12 +20,12 @@ from functools import cache
 import pytest
 
 from tests.helpers import ROOT
-from wfbuild import fatbin
-from wheelfoundry import toolkit_facts
-from wheelfoundry.catalog import CudaToolkit
-from wheelfoundry.fatbin_headers import ContainerStream
-from wheelfoundry.remote_wheel import RangeError, RemoteWheel
-from wheelfoundry.toolkit_facts import ToolkitFactsError
+from wfbuild.cuda import fatbin
+from wheelfoundry.catalog.catalog import CudaToolkit
+from wheelfoundry.catalog.remote_wheel import RangeError, RemoteWheel
+from wheelfoundry.toolkits import toolkit_facts
+from wheelfoundry.toolkits.fatbin_headers import ContainerStream
+from wheelfoundry.toolkits.toolkit_facts import ToolkitFactsError
 
 DEVICE_CODE = ROOT / "tests" / "fixtures" / "device_code"
 HOST_CONFIG = b"""#endif /* __powerpc__ */
@@ -50,7 +50,7 @@ def noise(size: int, seed: int = 0) -> bytes:
 
 
 def container(codes: list[str]) -> bytes:
-    """One fatbinary container (header layout: wfbuild/fatbin.py) with an entry per code and a small payload."""
+    """One fatbinary container (header layout: wfbuild/cuda/fatbin.py) with an entry per code and a small payload."""
     entries = b""
     for code in codes:
         kind, number = code.split("_")

@@ -1,4 +1,4 @@
-"""Resolving a CUDA toolkit lock from PyPI's answers (wheelfoundry.toolkit_lock, tools/lock_cuda.py wheels).
+"""Resolving a CUDA toolkit lock from PyPI's answers (wheelfoundry.toolkits.toolkit_lock, tools/lock_cuda.py wheels).
 
 Fed the answers recorded in tests/fixtures/toolkit_lock (record.py there re-records them): no network.
 """
@@ -15,8 +15,8 @@ import pytest
 
 import tools.lock_cuda as lock_cuda
 from tests.helpers import ROOT
-from wheelfoundry import toolkit_lock
-from wheelfoundry.toolkit_lock import SimpleIndex, ToolkitLockError
+from wheelfoundry.toolkits import toolkit_lock
+from wheelfoundry.toolkits.toolkit_lock import SimpleIndex, ToolkitLockError
 
 RECORDED = ROOT / "tests" / "fixtures" / "toolkit_lock"
 TORCH_215 = json.loads((ROOT / "tests/fixtures/watch/pypi.org/pypi/torch/json").read_text())["info"]["requires_dist"]

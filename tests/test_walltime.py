@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from wheelfoundry_cli.render import render_plan
 
-from wfbuild.parallelism import cell_slots, nvcc_threads_env
-from wheelfoundry import walltime
+from wfbuild.compiling.parallelism import cell_slots, nvcc_threads_env
 from wheelfoundry.aws.timing import job_timing, record_cells, report_rows
-from wheelfoundry.calibration import cell_cost, cells_of
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import InstanceType, load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.jobs import Plan
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import walltime
+from wheelfoundry.planning.calibration import cell_cost, cells_of
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = json.loads((ROOT / "bench" / "requests" / "torch-scatter-48.json").read_text())

@@ -21,7 +21,7 @@ from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.aws.watch import Sources, WatchSettings, run_tick
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.jobs import StackContext
+from wheelfoundry.planning.jobs import StackContext
 
 BUCKET = "wf-bucket"
 SUB = {"package": "wf-tiny-ext", "source": {"pypi": "latest"}, "torch": ">=2.14", "cuda": ["cpu", "13.0"],

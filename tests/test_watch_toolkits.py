@@ -17,11 +17,11 @@ from wheelfoundry_cli.watch_local import recorded
 from tests import test_watch_stack
 from tests.test_watch_stack import BUCKET, NOW, executions, recording, sdist, settings
 from tests.watch_support import RECORDED
-from wheelfoundry import stack_toolkits
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.aws.watch import run_tick
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.toolkit_lock import ToolkitLockError
+from wheelfoundry.toolkits import stack_toolkits
+from wheelfoundry.toolkits.toolkit_lock import ToolkitLockError
 from wheelfoundry_user.toolkits import approve
 
 SUB_132 = {"package": "wf-tiny-ext", "source": {"pypi": "latest"}, "torch": ">=2.15", "cuda": ["13.2"],

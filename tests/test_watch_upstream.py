@@ -10,10 +10,10 @@ from packaging.specifiers import SpecifierSet
 from wheelfoundry_cli.watch_local import recorded
 
 from tests.watch_support import RECORDED, upstream
-from wheelfoundry.catalog import load_catalog
-from wheelfoundry.coverage import Coverage
-from wheelfoundry.upstream_index import cuda_of, html_files, linux_wheel, pypi_files, requires_dist_text
-from wheelfoundry.watch_facts import release_facts
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.catalog.upstream_index import cuda_of, html_files, linux_wheel, pypi_files, requires_dist_text
+from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.watch.watch_facts import release_facts
 
 
 def test_pypi_json_gives_every_final_minor_with_its_newest_patch_and_pythons() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from tests.watch_support import LOCKS, Cell, cells_of, run_tick, stack_toolkit, state, subscription
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.catalog.derived import with_derived
 from wheelfoundry.config import load_config
-from wheelfoundry.derived import with_derived
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
-from wheelfoundry.watcher import Start, Tick
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
+from wheelfoundry.watch.watcher import Start, Tick
 
 # torch 2.15.0 as the fixtures publish it: Python 3.11-3.15 on PyPI; cpu, cu126, cu130, cu132 on x86_64 in
 # PyTorch's index. The subscription asks 3.10-3.13; CUDA 13.2 has no lock in this deployment.
@@ -112,8 +112,8 @@ def test_catalog_releases_use_the_catalogs_variants_and_every_wanted_python() ->
 
 def test_guardrails_refuse_a_run_by_name_and_start_nothing() -> None:
     from tests.watch_support import upstream
-    from wheelfoundry.coverage import Coverage
-    from wheelfoundry.watcher import Stack, tick
+    from wheelfoundry.publishing.coverage import Coverage
+    from wheelfoundry.watch.watcher import Stack, tick
 
     subs = [subscription()]
     small = load_config().with_guardrails(1, 250, 10)

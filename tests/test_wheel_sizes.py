@@ -12,12 +12,12 @@ from pathlib import Path
 
 from wheelfoundry_cli.wheel_sizes import estimate, measured_cells, warnings
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.publish_targets import PublishTarget
-from wheelfoundry.request import parse_request
-from wheelfoundry.wheel_size import CUDA_BYTES_PER_ARCH
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.planning.wheel_size import CUDA_BYTES_PER_ARCH
+from wheelfoundry.request.publish_targets import PublishTarget
+from wheelfoundry.request.request import parse_request
 
 REQUEST = {
     "framework": "extension",

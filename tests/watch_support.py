@@ -11,14 +11,14 @@ from wheelfoundry_cli.watch_local import recorded
 
 from wheelfoundry.aws.toolkits import with_record
 from wheelfoundry.aws.watch import Sources, read_upstream
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.coverage import Coverage
-from wheelfoundry.stack_toolkits import StackToolkit, entry
-from wheelfoundry.subscriptions import Subscription, parse_subscription
-from wheelfoundry.toolkit_lock_file import render
-from wheelfoundry.toolkit_row import assumed_facts
-from wheelfoundry.watcher import Stack, Tick, Upstream, tick
+from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.toolkits.stack_toolkits import StackToolkit, entry
+from wheelfoundry.toolkits.toolkit_lock_file import render
+from wheelfoundry.toolkits.toolkit_row import assumed_facts
+from wheelfoundry.watch.subscriptions import Subscription, parse_subscription
+from wheelfoundry.watch.watcher import Stack, Tick, Upstream, tick
 
 RECORDED = Path(__file__).parent / "fixtures" / "watch"
 # Toolkit locks as a deployed bundle records them: this checkout's (no CUDA 13.2).

@@ -53,8 +53,8 @@ from tools.corpus_steps import (
     save_compiler_cache,
     user_venv,
 )
-from wheelfoundry.buildenv import extension_cache_scope
-from wheelfoundry.model import ExtensionSource
+from wheelfoundry.planning.buildenv import extension_cache_scope
+from wheelfoundry.request.model import ExtensionSource
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "examples" / "corpus" / "corpus.toml"

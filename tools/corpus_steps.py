@@ -179,7 +179,7 @@ def build_facts(s3: Any, bucket: str, outcome: Outcome, request: dict[str, Any])
     prefix = f"runs/{outcome.run_id}/"
     report = _json(s3, bucket, f"{prefix}report.json") or {}
     merge = _json(s3, bucket, f"{prefix}merge.json") or report.get("merge") or {}
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.request.request import parse_request
 
     outcome.layout, outcome.layout_reason = layout_of(report, merge, requested_layout(parse_request(request)))
     seconds = 0.0
@@ -198,7 +198,17 @@ def user_venv(cache: Path, package: Package, venv: Path, logs: Path) -> Path:
     """A fresh venv with the catalog's torch, numpy and the package's other runtime needs (a cached
     environment it sees through a .pth file, wfbuild.envs): what the user has before `pip install`."""
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    argv = [sys.executable, "-m", "wfbuild.envs", "--python", python, "--dest", str(venv), "--torch", f"torch=={TORCH}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "wfbuild.envs",
+        "--python",
+        python,
+        "--dest",
+        str(venv),
+        "--torch",
+        f"torch=={TORCH}",
+    ]
     for requirement in ("numpy", *package.requires):
         argv += ["--pip", requirement]
     logs.mkdir(parents=True, exist_ok=True)

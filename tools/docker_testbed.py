@@ -199,7 +199,7 @@ def base_tag() -> str:
 
 def builder_tag() -> str:
     # Imported here: `make docker-stop` runs this file with the machine's python3, which has no wfbuild.
-    from wfbuild import container
+    from wfbuild.images import container
 
     scripts = container.image_scripts(IMAGES)  # without __pycache__, as the farm's own image tag
     parts = [base_tag().encode(), (TESTBED / "builder.Dockerfile").read_bytes()]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "buildspecs"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools import docker_testbed as bed
-from wfbuild.toolkit import installer  # the production lock reader (install_cuda.py), as host mode uses it
+from wfbuild.cuda.toolkit import installer  # the production lock reader (install_cuda.py), as host mode uses it
 
 BUNDLE = bed.ROOT / "buildspecs"
 

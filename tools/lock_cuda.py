@@ -5,7 +5,7 @@
     python tools/lock_cuda.py wheels 13.2 [--torch 2.15.0] [--requirement LINE]  # a CUDA the catalog lacks
     python tools/lock_cuda.py redist 12.4 --manifest FILE --pinned-by SRC [--pinned-by SRC] [--copy SRC]
 
-`wheels` resolves (wheelfoundry.toolkit_lock, which the watcher shares) every nvidia-* requirement the
+`wheels` resolves (wheelfoundry.toolkits.toolkit_lock, which the watcher shares) every nvidia-* requirement the
 catalog pins for that toolkit (its own list and each release's cuda_build list; ``cuda-toolkit[extras]==V``
 through that metapackage's Requires-Dist), the lines given (``--torch``: what PyPI's torch wheel of that
 version pins), to one file per platform with the sha256 PyPI publishes for it (the simple API's JSON form),
@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "buildspecs/images/scripts"))
 
 from install_cuda import is_toolkit_requirement  # type: ignore[import-not-found]  # noqa: E402
 
-from wheelfoundry import toolkit_lock  # noqa: E402
-from wheelfoundry.catalog import Catalog, load_catalog  # noqa: E402
-from wheelfoundry.toolkit_lock import SimpleIndex, ToolkitLockError  # noqa: E402
-from wheelfoundry.toolkit_lock_file import render  # noqa: E402  (the watcher writes the stack's locks with it)
+from wheelfoundry.catalog.catalog import Catalog, load_catalog  # noqa: E402
+from wheelfoundry.toolkits import toolkit_lock  # noqa: E402
+from wheelfoundry.toolkits.toolkit_lock import SimpleIndex, ToolkitLockError  # noqa: E402
+from wheelfoundry.toolkits.toolkit_lock_file import render  # noqa: E402  (the watcher writes the stack's locks with it)
 
 REDIST = "https://developer.download.nvidia.com/compute/cuda/redist/"
 # The compiler and core of a CUDA 11/12 redist manifest (the libraries come from the nvidia-* wheels).

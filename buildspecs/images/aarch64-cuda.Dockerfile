@@ -30,7 +30,7 @@ RUN TOOLS_PYTHON="${TOOLS_PYTHON}" TOOLS_DIR=/opt/wf/tools /opt/wf/scripts/insta
 ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:/usr/local/cuda/bin:${PATH}
 RUN CUDA_VERSION="${CUDA_VERSION}" CUDA_REQUIREMENTS="${CUDA_REQUIREMENTS}" /opt/wf/scripts/install_cuda.sh
 # LIBRARY_PATH is read at link time only, after every -L: -lcuda finds the toolkit's driver stub in an image
-# without a driver, and the binary still names libcuda.so.1, the user's driver (as wfbuild.toolkit.link_path).
+# without a driver, and the binary still names libcuda.so.1, the user's driver (as wfbuild.cuda.toolkit.link_path).
 ENV CUDA_HOME=/usr/local/cuda \
     LIBRARY_PATH=/usr/local/cuda/lib64/stubs
 # One layer per toolchain piece: a changed pin rebuilds only its own layer.

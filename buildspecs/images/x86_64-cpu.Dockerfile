@@ -1,6 +1,6 @@
 # Builder for x86_64 CPU wheels: manylinux_2_28 + MKL (static, from the pip wheels, as PyTorch
 # does) + Open MPI built from source + sccache + the tools venv wfbuild runs in.
-# Build arguments come from the job's image.build_args (functions/wheelfoundry/buildenv.py);
+# Build arguments come from the job's image.build_args (functions/wheelfoundry/planning/buildenv.py);
 # the runner tags the image <repository>:x86_64-cpu-<hash of this file, scripts/ and the args>.
 ARG BASE_IMAGE=quay.io/pypa/manylinux_2_28_x86_64@sha256:39df0042d5cc900b085aa25a0659368b42a0006c54c474299b785b44c1b4ff82
 FROM ${BASE_IMAGE}

@@ -12,7 +12,7 @@
 #           by side; setuptools writes build/ and *.egg-info into the tree it builds)
 #           MAX_JOBS            compilers at once (default: this machine's cores): ninja and CMake
 #           (CMAKE_BUILD_PARALLEL_LEVEL), meson-python (compile-args -jN) and setuptools without ninja
-#           (translation units in forked workers: wfbuild.parallel_compile) all get it
+#           (translation units in forked workers: wfbuild.compiling.parallel_compile) all get it
 set -euo pipefail
 : "${WF_SRC_DIR:?}"
 : "${WF_ENV_DIR:?}"
@@ -49,7 +49,7 @@ jobs="${MAX_JOBS:-$(nproc)}"
 [[ "$jobs" =~ ^[1-9][0-9]{0,3}$ ]] || wf_die "MAX_JOBS must be a whole number of compilers, not '$jobs'"
 export MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}"
 settings=()
-backend="$(python3 -m wfbuild.parallel_compile_tool backend --src "$WF_SRC_DIR")"
+backend="$(python3 -m wfbuild.compiling.parallel_compile_tool backend --src "$WF_SRC_DIR")"
 case "$backend" in
   mesonpy)
     settings=(--config-setting "compile-args=-j$jobs")
@@ -59,23 +59,23 @@ case "$backend" in
     wf_log "parallel compile: CMake ($backend), CMAKE_BUILD_PARALLEL_LEVEL=$CMAKE_BUILD_PARALLEL_LEVEL"
     ;;
   *)
-    python3 -m wfbuild.parallel_compile_tool install --python "$python" >/dev/null
+    python3 -m wfbuild.compiling.parallel_compile_tool install --python "$python" >/dev/null
     WF_PARALLEL_LOG="$(mktemp)"
     export WF_COMPILE_JOBS="$jobs" WF_PARALLEL_LOG
     wf_log "parallel compile: $backend; ninja and CMake get MAX_JOBS=$jobs, setuptools without ninja compiles" \
-      "up to $jobs translation units at a time (wfbuild.parallel_compile: forked workers)"
+      "up to $jobs translation units at a time (wfbuild.compiling.parallel_compile: forked workers)"
     ;;
 esac
-marker="$(mktemp)"  # what the build writes under the tree is newer (wfbuild.built_here)
+marker="$(mktemp)"  # what the build writes under the tree is newer (wfbuild.wheels.built_here)
 # The backend's build_wheel hook alone, run by the environment's Python: no build isolation (an isolated
 # build would install some other torch from an index), and no metadata hook first (pip's: setup.py twice).
-"$tools_python" -m wfbuild.wheel_build --python "$python" --src "$WF_SRC_DIR" --out "$WF_OUT_DIR" "${settings[@]}"
+"$tools_python" -m wfbuild.wheels.wheel_build --python "$python" --src "$WF_SRC_DIR" --out "$WF_OUT_DIR" "${settings[@]}"
 if [[ -n "${WF_PARALLEL_LOG:-}" ]]; then
-  wf_log "parallel compile: $(python3 -m wfbuild.parallel_compile_tool summary --log "$WF_PARALLEL_LOG")"
+  wf_log "parallel compile: $(python3 -m wfbuild.compiling.parallel_compile_tool summary --log "$WF_PARALLEL_LOG")"
   rm -f -- "$WF_PARALLEL_LOG"
 fi
 if [[ "$backend" == setuptools ]]; then  # builds in the tree; others may build in a temporary folder
-  python3 -m wfbuild.built_here --wheel-dir "$WF_OUT_DIR" --tree "$WF_SRC_DIR" --marker "$marker" ||
+  python3 -m wfbuild.wheels.built_here --wheel-dir "$WF_OUT_DIR" --tree "$WF_SRC_DIR" --marker "$marker" ||
     wf_die "the wheel holds binaries this build did not compile (above)"
 fi
 rm -f -- "$marker"

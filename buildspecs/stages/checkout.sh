@@ -28,6 +28,6 @@ git -C "$WF_DEST" -c advice.detachedHead=false checkout --quiet --force --detach
 git -C "$WF_DEST" submodule sync --quiet --recursive
 git -C "$WF_DEST" submodule update --quiet --init --recursive --depth 1 --jobs 8
 git -C "$WF_DEST" rev-parse HEAD >"$WF_COMMIT_FILE"
-# The build's SOURCE_DATE_EPOCH (wfbuild.reproducible): the commit's time, not the checkout's.
+# The build's SOURCE_DATE_EPOCH (wfbuild.wheels.reproducible): the commit's time, not the checkout's.
 git -C "$WF_DEST" log -1 --format=%ct HEAD >"$WF_COMMIT_FILE.epoch"
 wf_log "$WF_REPO $WF_REF -> $(cat "$WF_COMMIT_FILE")"

@@ -28,11 +28,11 @@ wf_check_url() {
 }
 
 # wf_nightly_version VAR: with WF_VERSION_SCHEME=nightly, export VAR as
-# <version.txt up to 'a'>.dev<WF_BUILD_DATE>+<WF_VARIANT> (computed by wfbuild.versions).
+# <version.txt up to 'a'>.dev<WF_BUILD_DATE>+<WF_VARIANT> (computed by wfbuild.wheels.versions).
 wf_nightly_version() {
   local var="$1" value
   [[ "${WF_VERSION_SCHEME:-}" == nightly ]] || return 0
-  value="$(python3 -m wfbuild.versions nightly --version-file "${WF_SRC_DIR:?}/version.txt" \
+  value="$(python3 -m wfbuild.wheels.versions nightly --version-file "${WF_SRC_DIR:?}/version.txt" \
     --date "${WF_BUILD_DATE:?}" --variant "${WF_VARIANT:?}")"
   printf -v "$var" '%s' "$value"
   export "${var?}"
@@ -40,8 +40,8 @@ wf_nightly_version() {
 }
 
 # wf_nvcc_launcher: with a CUDA toolkit, PYTORCH_NVCC (torch.utils.cpp_extension's nvcc, sccache's when
-# the runner set one) runs behind wfbuild.nvcc, which adds each .cu file's reproducibility flags (a seed
-# and source name from its path under WF_SRC_DIR); CUDA_HOME becomes wfbuild.cuda_home's shim, whose
+# the runner set one) runs behind wfbuild.compiling.nvcc, which adds each .cu file's reproducibility flags (a seed
+# and source name from its path under WF_SRC_DIR); CUDA_HOME becomes wfbuild.compiling.cuda_home's shim, whose
 # bin/nvcc runs the same launcher and command, for builds that run $CUDA_HOME/bin/nvcc themselves
 # (BuildExtension without ninja), and CUDACXX names that nvcc too, for CMake's CUDA language (a setup.py
 # that runs cmake; CMake takes CUDACXX before PATH), as does the first nvcc on PATH (a project that names
@@ -53,8 +53,8 @@ wf_nvcc_launcher() {
   local python next
   python="$(command -v python3)"
   next="${PYTORCH_NVCC:-$CUDA_HOME/bin/nvcc}"
-  PYTORCH_NVCC="$python -m wfbuild.nvcc $next"
-  CUDA_HOME="$("$python" -m wfbuild.cuda_home --cuda-home "$CUDA_HOME" --python "$python" --next "$next")"
+  PYTORCH_NVCC="$python -m wfbuild.compiling.nvcc $next"
+  CUDA_HOME="$("$python" -m wfbuild.compiling.cuda_home --cuda-home "$CUDA_HOME" --python "$python" --next "$next")"
   CUDACXX="$CUDA_HOME/bin/nvcc"
   PATH="$CUDA_HOME/bin:$PATH"
   export PYTORCH_NVCC CUDA_HOME CUDACXX PATH

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 
 if TYPE_CHECKING:  # the verifier and its parsers load only when a catalog command runs (plan starts faster)
     from wheelfoundry_cli.upstream_facts import UpstreamFacts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wheelfoundry.catalog import Catalog, Release
+from wheelfoundry.catalog.catalog import Catalog, Release
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from wheelfoundry.catalog import Catalog, Release
+from wheelfoundry.catalog.catalog import Catalog, Release
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 from wheelfoundry_cli.upstream_facts import UpstreamFacts
 
 RELEASE_FACTS = ("python", "cuda", "cxx11_abi", "manylinux", "arch_list", "requirements", "env", "aarch64")

@@ -38,7 +38,7 @@ from botocore.exceptions import ClientError
 
 ALLOWED_PREFIXES = ("simple/", "wheels/")
 CHUNK = 1 << 20
-log = logging.getLogger("wheelfoundry.index")
+log = logging.getLogger("wheelfoundry.publishing.index")
 
 
 def object_key(path: str) -> str | None:
@@ -84,8 +84,8 @@ class Gate:
     def check(self, key: str) -> tuple[Verified, dict[str, str], Path | None]:
         """The wheel's verdict, the GetObject arguments that read exactly those bytes, and (first time
         only) a temporary file holding them. Raises Refused."""
-        from wheelfoundry.provenance import SUFFIX
-        from wheelfoundry_user.verify import check_digest
+        from wheelfoundry.publishing.provenance import SUFFIX
+        from wheelfoundry_user.trust import check_digest
 
         head = self.s3.head_object(Bucket=self.bucket, Key=key)
         pin = self._pin(head)

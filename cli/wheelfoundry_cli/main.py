@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry import stack_toolkits
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import Issue, RequestInvalid
-from wheelfoundry.jobs import Plan
-from wheelfoundry.pins import unbuildable
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.plan import Plan
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.pins import unbuildable
+from wheelfoundry.request.request import parse_request
+from wheelfoundry.toolkits import stack_toolkits
 from wheelfoundry_cli.catalog_commands import add_catalog_commands
 from wheelfoundry_cli.newer_torch import Found, catalog_for, newer_minors
 from wheelfoundry_cli.quota_check import add_quota_flags, quota_lines
@@ -94,7 +94,7 @@ def _source_profile(path: str | None) -> Any:
     """--source: the extension's folder or sdist, whose translation units size a first run's estimate."""
     if not path:
         return None
-    from wheelfoundry.source_profile import from_path
+    from wheelfoundry.planning.source_profile import from_path
 
     try:
         return from_path(Path(path))
@@ -116,14 +116,13 @@ def _wheel_sizes(plan: Plan, sizes_from: str | None) -> tuple[list[Any], str]:
 
 
 def checkout_pins(cuda: set[str] | None = None) -> dict[str, Any] | None:
-    """What this checkout's build bundle can build images from (as its publisher would record; ``cuda``:
-    the toolkit locks to read in full); None where there is no checkout beside the package."""
-    images = Path(__file__).resolve().parents[2] / "buildspecs" / "images"
+    """What this checkout's build bundle can build images from (``cuda``: the toolkit locks to read in full);
+    None where there is no checkout beside the package (wfbuild.images.pins.of_this_checkout)."""
     try:
-        from wfbuild.pins import summary
+        from wfbuild.images.pins import of_this_checkout
     except ImportError:
         return None
-    return summary(images, cuda) if (images / "base-images.lock").is_file() else None
+    return of_this_checkout(cuda)
 
 
 def _index_serve(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ Validate plans such a request from the stack's watcher record (``watch/derived.j
 - ``--stack NAME`` given: that stack's two records, read with the user's credentials (boto3), as Validate reads
   them, so the plan is the one the stack would run;
 - else upstream: PyPI's torch page (and PyTorch's index where reachable) read and derived exactly as the
-  watcher's tick derives them (wheelfoundry.aws.watch.read_upstream, wheelfoundry.watcher.tick), and each CUDA
+  watcher's tick derives them (wheelfoundry.aws.watch.read_upstream, wheelfoundry.watch.watcher.tick), and each CUDA
   13+ toolkit the request names that nothing locks resolved as the watcher would lock it
   (aws.toolkits.resolve_locks; written nowhere).
 
@@ -23,11 +23,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from wheelfoundry import derived, stack_toolkits
-from wheelfoundry.catalog import Catalog, minor_of
+from wheelfoundry.catalog import derived
+from wheelfoundry.catalog.catalog import Catalog, minor_of
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue, RequestInvalid
-from wheelfoundry.stack_toolkits import StackToolkit
+from wheelfoundry.toolkits import stack_toolkits
+from wheelfoundry.toolkits.stack_toolkits import StackToolkit
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ def from_upstream(
     rows of the locks it would write for the request's CUDA versions (FetchFailed where PyPI cannot be read)."""
     from wheelfoundry.aws import toolkits
     from wheelfoundry.aws.watch import WatchSettings, read_upstream
-    from wheelfoundry.jobs import StackContext
-    from wheelfoundry.subscriptions import parse_subscription
-    from wheelfoundry.watcher import Stack, tick
+    from wheelfoundry.planning.jobs import StackContext
+    from wheelfoundry.watch.subscriptions import parse_subscription
+    from wheelfoundry.watch.watcher import Stack, tick
 
     cudas = [c for c in raw.get("cuda") or [] if isinstance(c, str) and c != "cpu"]
     platforms = raw.get("platforms") or ["x86_64"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from wheelfoundry import quotas
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue, QuotaTooSmall
-from wheelfoundry.jobs import Job
+from wheelfoundry.planning import quotas
+from wheelfoundry.planning.jobs import Job
 
 TEMPLATE_MAX_CONCURRENCY = 10  # template.yaml MaxConcurrentJobs' default
 

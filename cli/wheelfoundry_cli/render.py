@@ -6,8 +6,9 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from wheelfoundry.image_jobs import ImageJob
-from wheelfoundry.jobs import Job, Plan
+from wheelfoundry.planning.image_jobs import ImageJob
+from wheelfoundry.planning.jobs import Job
+from wheelfoundry.planning.plan import Plan
 
 HEADERS = ("JOB", "TARGET", "RUNS ON", "PACKAGES", "PYTHON", "HOURS", "USD", "GPU TEST")
 
@@ -166,7 +167,7 @@ def render_plan(plan: Plan, explain: bool = False) -> str:
 
 
 def render_dry_run(plan: Plan, explain: bool = False) -> str:
-    from wfbuild.stages import render_stages  # the on-instance package ships beside the CLI
+    from wfbuild.stages.stages import render_stages  # the on-instance package ships beside the CLI
 
     out = [render_plan(plan, explain)]
     for job in plan.jobs:
@@ -197,13 +198,13 @@ def render_dry_run(plan: Plan, explain: bool = False) -> str:
 
 
 def _dry_run_images(plan: Plan) -> list[str]:
-    from wfbuild import image_job, runtime_image  # the on-instance package ships beside the CLI
+    from wfbuild.images import image_job, runtime_image  # the on-instance package ships beside the CLI
 
     out = []
     for image in plan.images:
         contract = image.to_dict()
         try:
-            digest = image_job.base_digest(contract, Path(image_job.__file__).resolve().parents[1])
+            digest = image_job.base_digest(contract, Path(image_job.__file__).resolve().parents[2])
         except LookupError:  # bump_base_images.Unpinned
             digest = ""
         out.append(f"\n=== {image.id}")

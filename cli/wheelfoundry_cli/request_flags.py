@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from wheelfoundry.errors import Issue, RequestInvalid
-from wheelfoundry.presets import preset_names
-from wheelfoundry.request import loads_request
+from wheelfoundry.request.presets import preset_names
+from wheelfoundry.request.request import loads_request
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}

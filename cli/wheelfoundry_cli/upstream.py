@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 # Read by `catalog verify` and by the watcher (functions/wheelfoundry), which cannot import this package.
-from wheelfoundry.wheel_metadata import metadata_cuda as metadata_cuda
-from wheelfoundry.wheel_metadata import metadata_python as metadata_python
-from wheelfoundry.wheel_metadata import metadata_requirements as metadata_requirements
+from wheelfoundry.catalog.wheel_metadata import metadata_cuda as metadata_cuda
+from wheelfoundry.catalog.wheel_metadata import metadata_python as metadata_python
+from wheelfoundry.catalog.wheel_metadata import metadata_requirements as metadata_requirements
 
 # Where each upstream file lives in the repositories that have held it (pytorch/pytorch since 2.6,
 # pytorch/builder up to 2.5, pytorch/test-infra for the domain libraries' matrix).

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry.catalog import Release
+from wheelfoundry.catalog.catalog import Release
 from wheelfoundry_cli import upstream
 
 FACTS_FILE = "upstream-facts.toml"

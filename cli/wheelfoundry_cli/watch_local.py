@@ -25,14 +25,14 @@ from wheelfoundry.aws.watch import (
     tick_record,
     urllib_fetch,
 )
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.catalog.upstream_index import SIMPLE_JSON
 from wheelfoundry.config import FarmConfig
-from wheelfoundry.coverage import Coverage
-from wheelfoundry.jobs import StackContext
-from wheelfoundry.subscriptions import Subscription
-from wheelfoundry.toolkit_row import FactsOf
-from wheelfoundry.upstream_index import SIMPLE_JSON
-from wheelfoundry.watcher import Stack, tick
+from wheelfoundry.planning.jobs import StackContext
+from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.toolkits.toolkit_row import FactsOf
+from wheelfoundry.watch.subscriptions import Subscription
+from wheelfoundry.watch.watcher import Stack, tick
 
 DRY_RUN_BUCKET = "your-stack-bucket"  # where a dry run's pypi sources would be copied
 

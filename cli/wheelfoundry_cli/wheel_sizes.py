@@ -3,7 +3,7 @@
 A merged wheel holds every cell of its Python (one build per torch x CUDA under ``<dist>.wfbuilds/<build
 id>/``), so its size is the sum of its cells'. A cell's size comes from earlier runs where known: the
 merged wheels of an earlier run (``wheelfoundry fetch``) give each build folder's compressed bytes; else
-the plan's prediction (wheelfoundry.wheel_size: the source's recorded cell wheels, ``plan --calibration``,
+the plan's prediction (wheelfoundry.planning.wheel_size: the source's recorded cell wheels, ``plan --calibration``,
 else a model: a CPU build is small, a CUDA build carries device code for every arch of its arch list).
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelfoundry import wheel_size
-from wheelfoundry.jobs import Job
-from wheelfoundry.publish_targets import LIMIT_OPTIONS, PublishTarget
+from wheelfoundry.planning import wheel_size
+from wheelfoundry.planning.jobs import Job
+from wheelfoundry.request.publish_targets import LIMIT_OPTIONS, PublishTarget
 
 
 @dataclass(frozen=True)

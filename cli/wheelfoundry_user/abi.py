@@ -1,7 +1,7 @@
 """Per extension job, one line on what its builds are: LibTorch's stable ABI (and from which torch the files
 run) or per-torch (and the C++ symbol that binds them). What `status` prints.
 
-The records are the job manifests' ``abi`` (buildspecs/wfbuild/abi.py: each cell's compiled files' dynamic
+The records are the job manifests' ``abi`` (buildspecs/wfbuild/wheels/abi.py: each cell's compiled files' dynamic
 imports, read after its build).
 """
 

@@ -1,6 +1,6 @@
 """Per CUDA cell, the architectures its build holds: what `status`, `local run` and the corpus print.
 
-The records are the job manifests' ``device_code`` (buildspecs/wfbuild/devicecode.py: read from the cell's
+The records are the job manifests' ``device_code`` (buildspecs/wfbuild/cuda/devicecode.py: read from the cell's
 compiled files before repair; a refused cell has one too, saying why).
 """
 

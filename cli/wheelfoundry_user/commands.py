@@ -35,10 +35,10 @@ def _start(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
     from wheelfoundry_cli.request_flags import load_source
 
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     raw = load_source(args.request)  # RequestInvalid: exit 2, every problem printed (wheelfoundry_cli.main)
     catalog, config = load_catalog(), load_config()
@@ -225,7 +225,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from wheelfoundry.publish_targets import parse_to
+    from wheelfoundry.request.publish_targets import parse_to
     from wheelfoundry_user import verify
     from wheelfoundry_user.publish import publish_wheels
 

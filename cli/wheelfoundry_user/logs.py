@@ -18,7 +18,7 @@ from wheelfoundry_user.status import ENDED
 
 Write = Callable[[str], Any]
 # The runner's tag on a build.log taken while the build runs, and on the last log of an attempt that
-# a spot interruption ended (buildspecs/wfbuild/callback.py LOG_PARTIAL, LOG_INTERRUPTED).
+# a spot interruption ended (buildspecs/wfbuild/runner/callback.py LOG_PARTIAL, LOG_INTERRUPTED).
 TAG, PARTIAL, INTERRUPTED = "wf-log", "partial", "interrupted"
 
 

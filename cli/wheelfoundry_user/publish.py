@@ -2,7 +2,8 @@
 
 From the user's shell, with their credentials: the run's (or channel's) wheels are read from the stack's
 bucket (sha256 checked against its index), each is checked against its signed provenance with the
-stack's public key (`wheelfoundry fetch`'s own download and check), then wheelfoundry.uploads decides and uploads with
+stack's public key (`wheelfoundry fetch`'s own download and check), then
+wheelfoundry.publishing.uploads decides and uploads with
 twine. The token: for CodeArtifact GetAuthorizationToken; otherwise `--token-secret ARN` (Secrets
 Manager), else twine's own TWINE_USERNAME / TWINE_PASSWORD, else none (an index without auth).
 """
@@ -16,8 +17,8 @@ from typing import Any
 
 from wheelfoundry.aws.uploads import codeartifact_endpoints, secret_credentials
 from wheelfoundry.errors import PublishFailed
-from wheelfoundry.publish_targets import PublishTarget
-from wheelfoundry.uploads import Candidate, Credentials, Outcome, publish
+from wheelfoundry.publishing.uploads import Candidate, Credentials, Outcome, publish
+from wheelfoundry.request.publish_targets import PublishTarget
 from wheelfoundry_user import UserError
 from wheelfoundry_user.farm import Farm
 from wheelfoundry_user.wheels import Expect, channels, download, indexed, run_wheels

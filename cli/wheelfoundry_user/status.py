@@ -6,7 +6,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from wheelfoundry import compiler_memory
+from wheelfoundry.planning import compiler_memory
 from wheelfoundry_user import abi, archs
 from wheelfoundry_user.failures import JobFailure, execution_failure, run_failures
 from wheelfoundry_user.farm import Farm
@@ -94,7 +94,7 @@ def job_row(
     if "manifest.json" in objects and "result.json" not in objects:
         stage = "collect"
     if contract.get("kind") == "test" and "staged.json" not in objects and not mine_started(instances, job_id):
-        # A test job starts after the builds, once Merge staged the wheels to publish (wheelfoundry.testjobs).
+        # A test job starts after the builds, once Merge staged the wheels to publish (wheelfoundry.planning.testjobs).
         state, stage = ("waiting", "builds, then merge") if running else ("not started", "-")
     gpu = [i for i in instances if i["Tags"].get("wheelfoundry:job") == job_id and _is_gpu(i)]
     if gpu and "result.json" not in objects:  # the GPU test step (options.gpu_test) follows the build
@@ -169,7 +169,7 @@ def cache_cell(manifest: dict[str, Any]) -> str | None:
 
 def memory_cell(manifest: dict[str, Any]) -> str | None:
     """The memory each compiler was planned at and whose figure it was, in the runner's log's words
-    (wheelfoundry.compiler_memory), or None: no build recorded it."""
+    (wheelfoundry.planning.compiler_memory), or None: no build recorded it."""
     shared = manifest.get("parallelism")
     if not isinstance(shared, dict):
         return None
@@ -224,7 +224,7 @@ def run_status(farm: Farm, run: str) -> dict[str, Any]:
 
 def _public(farm: Farm, channel: str | None, report: dict[str, Any] | None) -> dict[str, Any] | None:
     """A public channel's URLs, as its users type them (the stack's PublicIndexUrl output)."""
-    from wheelfoundry.edge import public_urls
+    from wheelfoundry.publishing.edge import public_urls
 
     outputs = farm.outputs
     index = (report or {}).get("index") or {}
@@ -244,7 +244,7 @@ def render_status(status: dict[str, Any]) -> str:
     lines = [head]
     if status.get("layout"):  # which layout the published wheels have, and why (wheelfoundry.aws.merging)
         lines.append(f"layout {status['layout']['chosen']}: {status['layout']['why']}")
-    if status.get("public"):  # anyone installs from it, no AWS account (wheelfoundry.edge)
+    if status.get("public"):  # anyone installs from it, no AWS account (wheelfoundry.publishing.edge)
         for name, url in (status["public"].get("variant_indexes") or {}).items():  # first: each torch's own build
             lines.append(f"public index for {name}: pip install NAME --index-url {url}")
         lines.append(f"public index: pip install NAME --index-url {status['public']['index_url']}")

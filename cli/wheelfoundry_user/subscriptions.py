@@ -24,10 +24,10 @@ def _subscribe(farm: Farm, args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
     from wheelfoundry_cli.subscription_flags import subscriptions_from
 
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
     from wheelfoundry.errors import Issue, SubscriptionInvalid
-    from wheelfoundry.subscriptions import parse_subscription, sample_issues
+    from wheelfoundry.watch.subscriptions import parse_subscription, sample_issues
 
     raws = subscriptions_from(args)
     if len(raws) != 1:
@@ -151,7 +151,7 @@ def _list(farm: Farm, args: argparse.Namespace) -> int:
 def _remove(farm: Farm, args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from wheelfoundry.subscriptions import NAME, key
+    from wheelfoundry.watch.subscriptions import NAME, key
 
     if not NAME.fullmatch(args.name) or farm.get(key(args.name)) is None:
         raise NotFound(f"no subscription {args.name!r} (wheelfoundry subscriptions list)")

@@ -1,6 +1,6 @@
 """`wheelfoundry toolkits list|approve`: the CUDA toolkit locks the stack's watcher wrote (toolkits/ in its bucket).
 
-A CUDA release newer than the deployment is locked by the watcher itself (wheelfoundry.stack_toolkits). With
+A CUDA release newer than the deployment is locked by the watcher itself (wheelfoundry.toolkits.stack_toolkits). With
 the stack parameter ``ToolkitApproval=manual`` a new lock waits, unapproved, and so do the cells that need it;
 `approve` flips ``approved`` in ``toolkits/index.json``. It runs with the operator's own AWS credentials: no
 role of the stack but the watcher's may write under ``toolkits/``, and the lock files themselves (named by
@@ -21,7 +21,7 @@ from wheelfoundry_user.tables import table
 
 
 def _record(farm: Farm) -> dict[str, Any]:
-    from wheelfoundry import stack_toolkits
+    from wheelfoundry.toolkits import stack_toolkits
 
     body = farm.get(stack_toolkits.INDEX_KEY)
     if body is None:
@@ -60,7 +60,7 @@ def _list(farm: Farm, args: argparse.Namespace) -> int:
 
 def approve(s3: Any, bucket: str, record: Mapping[str, Any], cuda: str, platforms: list[str]) -> list[Any]:
     """Approve (cuda, platforms) in ``record`` and write it back; the entries approved."""
-    from wheelfoundry import stack_toolkits
+    from wheelfoundry.toolkits import stack_toolkits
 
     flipped = stack_toolkits.approve(record, cuda, platforms, datetime.now(UTC).isoformat())
     if flipped:

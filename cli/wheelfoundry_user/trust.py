@@ -11,6 +11,9 @@ write a key record too):
 
 An envelope's ``keyid`` is the KMS key ARN that signed it. DSSE calls it an unauthenticated hint: it
 picks which keys to try first, it never makes a key trusted.
+
+A wheel's verdict (check_digest) lives here too: `verify`, `fetch` (wheelfoundry_user.wheels) and
+`index serve` all call it, and none of them owns the others.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelfoundry.errors import ProvenanceInvalid
-from wheelfoundry.provenance import PAYLOAD_TYPE
+from wheelfoundry.publishing.provenance import PAYLOAD_TYPE, open_envelope
 from wheelfoundry_user import UserError
 
 SCHEME = "ecdsa-sha2-nistp256"  # KMS ECC_NIST_P256 + ECDSA_SHA_256, as securesystemslib names it
@@ -186,3 +189,60 @@ def add_trust_flags(parser: Any, expectations: bool = True, no_verify: bool = Tr
         )
     if no_verify:
         parser.add_argument("--no-verify", action="store_true", help="do not check signed provenance (say so)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    filename: str
+    ok: bool
+    reason: str
+
+    def line(self) -> str:
+        return f"{'OK  ' if self.ok else 'FAIL'} {self.filename}: {self.reason}"
+
+
+def _sources(stmt: dict[str, Any]) -> list[dict[str, Any]]:
+    deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies") or []
+    return [d for d in deps if d.get("name") not in ("job-manifest", "builder-image")]
+
+
+def check_digest(
+    filename: str,
+    digest: str,
+    envelope: bytes,
+    keys: Keyring,
+    source: str | None = None,
+    request: dict[str, Any] | None = None,
+    builder: str | None = None,
+) -> Verdict:
+    """A wheel of this sha256 against its envelope; the reason names the first check that failed."""
+    try:
+        open_envelope(envelope)  # the shape: a DSSE envelope around an in-toto SLSA statement
+        payload, signer = keys.verify(envelope)
+    except ProvenanceInvalid as exc:
+        return Verdict(filename, False, f"provenance unreadable: {exc}")
+    except Unverified as exc:
+        return Verdict(filename, False, str(exc))
+    stmt = json.loads(payload)  # the bytes the signature covers, not a second decoding of the file
+    subjects = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in stmt.get("subject", [])}
+    if subjects.get(filename) != digest:
+        named = ", ".join(f"{n} sha256:{d}" for n, d in subjects.items())
+        return Verdict(filename, False, f"sha256:{digest} of this wheel is not the statement's subject ({named})")
+    sources = _sources(stmt)
+    if source is not None and not any(source in (d.get("uri"), *(d.get("digest") or {}).values()) for d in sources):
+        named = ", ".join(str(d.get("uri")) for d in sources) or "none"
+        return Verdict(filename, False, f"source {source} is not what was built (the statement names {named})")
+    built = stmt["predicate"]["buildDefinition"].get("externalParameters", {}).get("request")
+    if request is not None and built != request:
+        fields = sorted(k for k in {*request, *(built or {})} if request.get(k) != (built or {}).get(k))
+        return Verdict(filename, False, f"request differs from the one built in: {', '.join(fields)}")
+    run = stmt["predicate"]["runDetails"]
+    if builder is not None and run["builder"]["id"] != builder:
+        return Verdict(filename, False, f"built by {run['builder']['id']}, not by the expected builder {builder}")
+    where = ", ".join(f"{d.get('uri')}" for d in sources)
+    return Verdict(
+        filename,
+        True,
+        f"signed provenance verified: sha256:{digest[:16]}..., key {signer.fingerprint[:12]}, built by "
+        f"{run['builder']['id']}, run {run['metadata']['invocationId'].rsplit(':', 1)[-1]}, source {where}",
+    )

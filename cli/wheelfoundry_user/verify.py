@@ -5,7 +5,7 @@ A wheel passes when (1) one signature of its DSSE envelope verifies with a trust
 over DSSE's pre-authentication encoding of the statement, checked by securesystemslib; (2) the
 wheel's own sha256 is the statement's subject, under the wheel's file name; (3) what the user expects
 (``--source``, ``--builder``, ``--request``) is what the statement says was built. `fetch` and
-`index serve` run the same checks (check_digest) before a wheel reaches the user.
+`index serve` run the same checks (wheelfoundry_user.trust.check_digest) before a wheel reaches the user.
 """
 
 from __future__ import annotations
@@ -13,28 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wheelfoundry.errors import ProvenanceInvalid
-from wheelfoundry.provenance import SUFFIX, open_envelope
+from wheelfoundry.publishing.provenance import SUFFIX
 from wheelfoundry_user import NotFound, trust
 from wheelfoundry_user.farm import Farm, aws_problem
-from wheelfoundry_user.trust import Keyring, Unverified
+from wheelfoundry_user.trust import Keyring, Verdict, check_digest
 
 if TYPE_CHECKING:
     from wheelfoundry_user.wheels import Store
-
-
-@dataclass(frozen=True)
-class Verdict:
-    filename: str
-    ok: bool
-    reason: str
-
-    def line(self) -> str:
-        return f"{'OK  ' if self.ok else 'FAIL'} {self.filename}: {self.reason}"
 
 
 def public_key_pem(farm: Farm) -> bytes:
@@ -71,11 +59,6 @@ def keyring(farm: Farm | None, public_keys: list[str]) -> Keyring:
     return Keyring(trust.unique([current, *trust.remembered(farm.stack, arn)]))
 
 
-def _sources(stmt: dict[str, Any]) -> list[dict[str, Any]]:
-    deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies") or []
-    return [d for d in deps if d.get("name") not in ("job-manifest", "builder-image")]
-
-
 def check(
     filename: str,
     wheel: bytes,
@@ -87,48 +70,6 @@ def check(
 ) -> Verdict:
     """One wheel's bytes against its envelope."""
     return check_digest(filename, hashlib.sha256(wheel).hexdigest(), envelope, keys, source, request, builder)
-
-
-def check_digest(
-    filename: str,
-    digest: str,
-    envelope: bytes,
-    keys: Keyring,
-    source: str | None = None,
-    request: dict[str, Any] | None = None,
-    builder: str | None = None,
-) -> Verdict:
-    """A wheel of this sha256 against its envelope; the reason names the first check that failed."""
-    try:
-        open_envelope(envelope)  # the shape: a DSSE envelope around an in-toto SLSA statement
-        payload, signer = keys.verify(envelope)
-    except ProvenanceInvalid as exc:
-        return Verdict(filename, False, f"provenance unreadable: {exc}")
-    except Unverified as exc:
-        return Verdict(filename, False, str(exc))
-    stmt = json.loads(payload)  # the bytes the signature covers, not a second decoding of the file
-    subjects = {s.get("name"): (s.get("digest") or {}).get("sha256") for s in stmt.get("subject", [])}
-    if subjects.get(filename) != digest:
-        named = ", ".join(f"{n} sha256:{d}" for n, d in subjects.items())
-        return Verdict(filename, False, f"sha256:{digest} of this wheel is not the statement's subject ({named})")
-    sources = _sources(stmt)
-    if source is not None and not any(source in (d.get("uri"), *(d.get("digest") or {}).values()) for d in sources):
-        named = ", ".join(str(d.get("uri")) for d in sources) or "none"
-        return Verdict(filename, False, f"source {source} is not what was built (the statement names {named})")
-    built = stmt["predicate"]["buildDefinition"].get("externalParameters", {}).get("request")
-    if request is not None and built != request:
-        fields = sorted(k for k in {*request, *(built or {})} if request.get(k) != (built or {}).get(k))
-        return Verdict(filename, False, f"request differs from the one built in: {', '.join(fields)}")
-    run = stmt["predicate"]["runDetails"]
-    if builder is not None and run["builder"]["id"] != builder:
-        return Verdict(filename, False, f"built by {run['builder']['id']}, not by the expected builder {builder}")
-    where = ", ".join(f"{d.get('uri')}" for d in sources)
-    return Verdict(
-        filename,
-        True,
-        f"signed provenance verified: sha256:{digest[:16]}..., key {signer.fingerprint[:12]}, built by "
-        f"{run['builder']['id']}, run {run['metadata']['invocationId'].rsplit(':', 1)[-1]}, source {where}",
-    )
 
 
 def _fetch(url: str) -> bytes | None:

@@ -13,10 +13,10 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name
 
-from wheelfoundry.provenance import SUFFIX
+from wheelfoundry.publishing.provenance import SUFFIX
 from wheelfoundry_user import NotFound, NotReady
 from wheelfoundry_user.farm import Farm
-from wheelfoundry_user.trust import Keyring
+from wheelfoundry_user.trust import Keyring, check_digest
 
 
 class Store(Protocol):
@@ -135,8 +135,6 @@ def _refusal(
     farm: Store, wheel: IndexedWheel, got: tuple[str, int] | None, expect: Expect
 ) -> tuple[str | None, bytes | None]:
     """Why this download may not be kept (None: it may), and the envelope that vouched for it."""
-    from wheelfoundry_user.verify import check_digest
-
     if got is None:
         return f"{wheel.key} is listed in the index but not in the bucket", None
     if not wheel.sha256 or got[0] != wheel.sha256:

@@ -2,7 +2,7 @@
 
 One Extension of several translation units, each including torch's headers, and
 ``BuildExtension.with_options(use_ninja=False)``: setuptools compiles the units one at a time unless
-the builder parallelizes them (WheelFoundry does: buildspecs/wfbuild/parallel_compile.py).
+the builder parallelizes them (WheelFoundry does: buildspecs/wfbuild/compiling/parallel_compile.py).
 bench/parallel_compile.py builds it serially and in parallel.
 Build against the torch already installed:  pip install --no-build-isolation ./examples/extension-ninja-off
 """

@@ -33,7 +33,7 @@ for wheel in pathlib.Path(sys.argv[1]).glob("*.whl"):
 PY
 
 torch_libs=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-"$python" -m wfbuild.repair --in-dir "$OUT_DIR/raw" --out-dir "$OUT_DIR/repaired" --plat auto \
+"$python" -m wfbuild.wheels.repair --in-dir "$OUT_DIR/raw" --out-dir "$OUT_DIR/repaired" --plat auto \
   --lib-path "$torch_libs" --exclude 'libtorch*.so*' --exclude 'libc10*.so*' --exclude 'libcudart.so*' \
   --local-label "gpu"
 

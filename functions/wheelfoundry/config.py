@@ -27,7 +27,7 @@ class GpuType:
     gpu: str
     capability: tuple[int, int]
     usd_per_hour: float
-    vcpus: int = 0  # what the instance counts against its EC2 vCPU quota (wheelfoundry.quotas)
+    vcpus: int = 0  # what the instance counts against its EC2 vCPU quota (wheelfoundry.planning.quotas)
 
 
 @dataclass(frozen=True)

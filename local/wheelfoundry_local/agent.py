@@ -149,7 +149,7 @@ class SsmAgent:
                 # Stages on this host; WF_LOCAL_CONTAINER=docker runs them in the Docker test bed's
                 # builder image instead (tools/docker_testbed.py, tests/container/).
                 "WF_CONTAINER": env.get("WF_LOCAL_CONTAINER") or "none",
-                # One machine without a GPU plays every instance, the GPU test's too (wfbuild.gpu_runner).
+                # One machine without a GPU plays every instance, the GPU test's too (wfbuild.gpu.gpu_runner).
                 "WF_GPU_HOST": "emulated",
                 # The Build document puts job work under ${WF_WORK_ROOT:-/var/lib/wheelfoundry}.
                 "WF_WORK_ROOT": str(root / "work"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 from wfbuild.envs import BASE_PTH
-from wheelfoundry.provenance import SUFFIX
+from wheelfoundry.publishing.provenance import SUFFIX
 from wheelfoundry_user.trust import Keyring
 
 Print = Callable[[str], None]

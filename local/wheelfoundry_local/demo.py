@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wheelfoundry.index_variants import VARIANT_NAME
+from wheelfoundry.publishing.index_variants import VARIANT_NAME
 from wheelfoundry_user import archs
 from wheelfoundry_user.failures import execution_failure, run_failures
 from wheelfoundry_user.public import PublicIndex, pinned_keyring
@@ -38,14 +38,14 @@ __all__ = ["copy_published", "explain_failure", "pack_source", "run_demo", "run_
 
 SKIP = re.compile(r"(^|/)(__pycache__|build|dist|\.pytest_cache|[^/]*\.egg-info)(/|$)|\.(so|pyc)$")
 Print = Callable[[str], None]
-ZIP_EPOCH = 315532800  # 1980-01-01: no wheel entry can be older (wfbuild.reproducible clamps to it too)
+ZIP_EPOCH = 315532800  # 1980-01-01: no wheel entry can be older (wfbuild.wheels.reproducible clamps to it too)
 
 
 def pack_source(folder: Path, name: str) -> bytes:
     """A reproducible tar.gz of a source tree, without build leftovers.
 
     Every member carries the folder's newest file mtime: the build's SOURCE_DATE_EPOCH is the
-    archive's newest member (wfbuild.reproducible), so the same files give the same wheel bytes
+    archive's newest member (wfbuild.wheels.reproducible), so the same files give the same wheel bytes
     wherever they are, and a changed file gives a later time."""
     files = [p for p in sorted(folder.rglob("*")) if p.is_file() and not SKIP.search(p.relative_to(folder).as_posix())]
     newest = max([ZIP_EPOCH, *(int(p.stat().st_mtime) for p in files)])
@@ -276,7 +276,7 @@ def explain_failure(s3: Any, bucket: str, result: ExecutionResult, state_dir: Pa
 
 
 def _exact_torch(spec: str) -> str:
-    from wheelfoundry.catalog import load_catalog
-    from wheelfoundry.resolve import resolve_version
+    from wheelfoundry.catalog.catalog import load_catalog
+    from wheelfoundry.catalog.resolve import resolve_version
 
     return resolve_version(spec, load_catalog()).torch_version or spec

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from wheelfoundry.quotas import QUOTAS, SERVICE_CODE, Quota, quota_for
+from wheelfoundry.planning.quotas import QUOTAS, SERVICE_CODE, Quota, quota_for
 
 from ._moto import ACCOUNT_ID, Patches
 

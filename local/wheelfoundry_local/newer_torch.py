@@ -17,7 +17,7 @@ from wheelfoundry_cli.newer_torch import catalog_for
 
 from wheelfoundry.aws import toolkits
 from wheelfoundry.aws.watch import Fetch, Sources, urllib_fetch, write_derived
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
 

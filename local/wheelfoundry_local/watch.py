@@ -20,11 +20,11 @@ from wheelfoundry_cli.watch_local import offline_tick, recorded, recording, rend
 
 from wheelfoundry.aws.watch import FetchFailed, Sources, WatchSettings, run_tick, urllib_fetch
 from wheelfoundry.config import load_config
-from wheelfoundry.coverage import Coverage
 from wheelfoundry.errors import Issue, RequestInvalid, SubscriptionInvalid
-from wheelfoundry.jobs import StackContext
-from wheelfoundry.subscriptions import parse_subscription
-from wheelfoundry.watch_facts import locks_of
+from wheelfoundry.planning.jobs import StackContext
+from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.watch.subscriptions import parse_subscription
+from wheelfoundry.watch.watch_facts import locks_of
 
 
 def _coverage(paths: list[str]) -> dict[str, Coverage]:
@@ -39,7 +39,7 @@ def _coverage(paths: list[str]) -> dict[str, Coverage]:
 
 
 def watch(args: argparse.Namespace) -> int:
-    from wheelfoundry_cli.main import checkout_pins
+    from wfbuild.images.pins import of_this_checkout  # the runner's package: a checkout always has it
 
     sources = Sources(args.pypi_url, args.pytorch_url)
     fetch = recorded(*(Path(p) for p in args.recorded)) if args.recorded else urllib_fetch
@@ -53,7 +53,7 @@ def watch(args: argparse.Namespace) -> int:
         subs = [parse_subscription(raw) for raw in raws]
         try:
             record = offline_tick(
-                subs, fetch, sources, _coverage(args.index_state), locks_of(checkout_pins(set())), load_config(), now
+                subs, fetch, sources, _coverage(args.index_state), locks_of(of_this_checkout(set())), load_config(), now
             )
         except FetchFailed as exc:
             print(f"wheelfoundry local watch: PyPI's torch page not read: {exc}")

@@ -59,7 +59,17 @@ def cache_dir() -> Path:
 def build_env(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What the extension job's env-3.11 stage makes: a thin venv over the cached torch==2.13.0 env."""
     dest = tmp_path_factory.mktemp("envs") / "cp311"
-    argv = [sys.executable, "-m", "wfbuild.envs", "--python", PYTHON, "--dest", str(dest), "--torch", "torch==2.13.0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "wfbuild.envs",
+        "--python",
+        PYTHON,
+        "--dest",
+        str(dest),
+        "--torch",
+        "torch==2.13.0",
+    ]
     argv += ["--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"]
     proc = run(argv, tool_env(cache_dir))
     assert proc.returncode == 0
@@ -108,9 +118,9 @@ def torch_wheel(cache_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def torch_repair(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Background, Path]]:
-    """``python -m wfbuild.repair`` of the real CPU torch wheel, as the x86_64 CPU job's stage runs it."""
+    """``python -m wfbuild.wheels.repair`` of the real CPU torch wheel, as the x86_64 CPU job's stage runs it."""
     from tests.buildspecs.jobs import jobs
-    from wfbuild.stages import render_stages
+    from wfbuild.stages.stages import render_stages
 
     work = tmp_path_factory.mktemp("torch-work")
     job = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]

@@ -11,12 +11,12 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from wfbuild.stages import render_stages
-from wheelfoundry.catalog import load_catalog
+from wfbuild.stages.stages import render_stages
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.presets import load_preset
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.presets import load_preset
+from wheelfoundry.request.request import parse_request
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -18,11 +18,11 @@ import pytest
 
 from tests.buildspecs.conftest import run
 from tests.buildspecs.test_runner import Aws, aws, moto_endpoint, put_job, runner_env, tarball  # noqa: F401
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_ext"
 REQUEST: dict[str, Any] = {
@@ -98,7 +98,9 @@ def test_a_build_switch_reaches_the_packages_setup_py(aws: Aws, cache_dir: Path,
     job, job_key = put_job(aws, "wf-tiny-ext", tarball(tree, "wf-tiny-ext-0.1.0"), build_env=switch)
     assert job["env"]["TINY_EXT_FORCE_BUILD"] == "TRUE"
     execution, token = aws.task_token()
-    proc = run([sys.executable, "-m", "wfbuild.runner"], runner_env(aws, job_key, token, tmp_path / "work", cache_dir))
+    proc = run(
+        [sys.executable, "-m", "wfbuild.runner.runner"], runner_env(aws, job_key, token, tmp_path / "work", cache_dir)
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     output = json.loads(aws.finished(execution)["output"])
     (wheel,) = output["wheels"]

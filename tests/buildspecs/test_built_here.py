@@ -1,4 +1,4 @@
-"""A build stage whose setup.py hands pip somebody else's wheel fails, naming the binary (wfbuild.built_here).
+"""A build stage whose setup.py hands pip somebody else's wheel fails, naming the binary (wfbuild.wheels.built_here).
 
 The real stage script (build-library.sh) builds tests/fixtures/tiny_ext twice in a thin venv over this
 one's setuptools: as it is, and with a ``bdist_wheel`` that copies a prebuilt wheel instead of building,
@@ -18,7 +18,7 @@ from pathlib import Path
 import setuptools
 
 from tests.buildspecs.conftest import BUNDLE, run, tool_env
-from wfbuild import built_here
+from wfbuild.wheels import built_here
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_ext"
 PREBUILT = """

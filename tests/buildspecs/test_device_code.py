@@ -1,5 +1,5 @@
-"""What a CUDA cell's compiled files hold, read without a toolkit (wfbuild.fatbin), the rule that decides whether
-it serves the request (wfbuild.archrule) and the cell's verdict (wfbuild.devicecode).
+"""What a CUDA cell's compiled files hold, read without a toolkit (wfbuild.cuda.fatbin), the rule that decides whether
+it serves the request (wfbuild.cuda.archrule) and the cell's verdict (wfbuild.cuda.devicecode).
 
 The objects under tests/fixtures/device_code/ were compiled by the locked nvcc 13.0 (its README says how, and
 what cuobjdump lists for them); tests/buildspecs/test_device_code_cuobjdump.py compares the reader with
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from wfbuild import devicecode, fatbin
-from wfbuild.archrule import Code, missing, parse_arch_list, runs_on
+from wfbuild.cuda import devicecode, fatbin
+from wfbuild.cuda.archrule import Code, missing, parse_arch_list, runs_on
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "device_code"
 CELL = "torch2.14.1-cp311-cuda13.0-x86_64"

@@ -1,4 +1,4 @@
-"""The fatbinary reader (wfbuild.fatbin) against NVIDIA's own cuobjdump, on objects the locked nvcc compiles here.
+"""The fatbinary reader (wfbuild.cuda.fatbin) against NVIDIA's own cuobjdump, on objects the locked nvcc compiles here.
 
 nvcc 13.0 comes from the repository's lock (buildspecs/images/scripts/cuda/cuda-13.0-x86_64.toml, installed
 under WF_CACHE_DIR as the runner installs it). That lock has no cuobjdump: NVIDIA publishes it as a wheel only
@@ -22,7 +22,7 @@ import pytest
 
 from tests.buildspecs.test_device_code import FIXTURES
 from tests.buildspecs.test_nvcc import locked_nvcc  # noqa: F401
-from wfbuild import fatbin
+from wfbuild.cuda import fatbin
 
 pytestmark = pytest.mark.heavy  # installs the CUDA 13.0 lock and compiles a dozen objects: `make test-heavy`
 

@@ -27,10 +27,10 @@ from elftools.elf.elffile import ELFFile
 from tests.buildspecs import test_runner
 from tests.buildspecs.jobs import ROOT, TODAY
 from tests.buildspecs.test_runner import Aws, runner_env, tarball
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 moto_endpoint = test_runner.moto_endpoint  # the runner tests' moto server fixture, for this module too
 pytestmark = pytest.mark.heavy  # installs the CUDA 13.0 lock and builds a CUDA cell: `make test-heavy`
@@ -76,7 +76,7 @@ def test_a_driver_api_extension_links_lcuda_in_a_locked_cuda_13_cell(
     _, job_key = _job(aws, tarball(src, "wf-driver-api-0.1.0"))
     execution, token = aws.task_token()
     env = runner_env(aws, job_key, token, tmp_path / "work", cache_dir)
-    proc = subprocess.run([sys.executable, "-m", "wfbuild.runner"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "wfbuild.runner.runner"], env=env, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     assert "cannot find -lcuda" not in log, "the cell's link found no driver stub"
     assert proc.returncode == 0, log[-6000:]

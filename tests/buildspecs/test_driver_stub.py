@@ -1,5 +1,5 @@
 """The driver's link stub a CUDA home gets from its own cuda.h (images/scripts/driver_stub.py), and the
-driver kept out of every wheel (wfbuild.libs, wfbuild.repair).
+driver kept out of every wheel (wfbuild.wheels.libs, wfbuild.wheels.repair).
 
 The CUDA 13 homes the farm assembles from PyPI's nvidia-* wheels had no lib64/stubs/libcuda.so, so an
 extension calling the driver API failed at link: ``/usr/bin/ld: cannot find -lcuda``. Here a header
@@ -24,13 +24,14 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from tests.buildspecs.jobs import ROOT, jobs
-from wfbuild import repair, toolkit
-from wfbuild.libs import CUDA_LIBS, DRIVER_LIBS, TORCH_LIBS
-from wfbuild.stages import _repair_args
-from wheelfoundry.catalog import load_catalog
+from wfbuild.cuda import toolkit
+from wfbuild.stages.stages import _repair_args
+from wfbuild.wheels import repair
+from wfbuild.wheels.libs import CUDA_LIBS, DRIVER_LIBS, TORCH_LIBS
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 driver_stub = toolkit.installer(ROOT / "buildspecs").driver_stub()
 

@@ -1,4 +1,4 @@
-"""The GPU test script (wfbuild.gpu_test, gpu_probe.py): the arch rule, the verdicts, a real run here.
+"""The GPU test script (wfbuild.gpu.gpu_test, gpu_probe.py): the arch rule, the verdicts, a real run here.
 
 This machine has no GPU, so the end-to-end run below must say ``no-device``: never ``passed``. The same
 script's ``passed`` and ``not-testable`` verdicts were shown on an H100 (docs/gpu.md, "CUDA, checked on a
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wfbuild import gpu_test
-from wfbuild.gpu_probe import covers, parse_arch_list
+from wfbuild.gpu import gpu_test
+from wfbuild.gpu.gpu_probe import covers, parse_arch_list
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Issue 11: one runtime image job (wfbuild.image_job) in host mode against fakes of S3, ECR and Step
+"""Issue 11: one runtime image job (wfbuild.images.image_job) in host mode against fakes of S3, ECR and Step
 Functions: the lock from the index, the upstream dependencies, the emulated push, the callback, and a
 wheel whose bytes differ from the index's sha256."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.buildspecs.test_runtime_image import IMAGE, PY, make_wheel, sha
-from wheelfoundry.index import IndexFile, render_project
+from wheelfoundry.publishing.index import IndexFile, render_project
 
 
 class _S3:
@@ -66,7 +66,7 @@ def _image_job_objects(wheel: Path, index_sha: str, pip: tuple[str, ...] = ()) -
 
 
 def test_image_job_in_host_mode_pushes_and_calls_back_or_fails_the_task(tmp_path: Path) -> None:
-    from wfbuild import image_job
+    from wfbuild.images import image_job
 
     wheel = make_wheel(tmp_path)
     env = {"WF_BUCKET": "b", "WF_IMAGE_KEY": "runs/r1/images/image-a/image.json", "WF_CONTAINER": "none",
@@ -96,7 +96,7 @@ def test_image_job_locks_dependencies_and_pins_from_one_upstream_index(tmp_path:
     """The index wheel requires wf_dep_b; the request pins wf_extra_c: both are resolved from the upstream
     index (a folder here) with their sha256s, downloaded into the context, and installed under the same
     --require-hashes lock; pip check then holds."""
-    from wfbuild import image_job
+    from wfbuild.images import image_job
 
     upstream = tmp_path / "upstream"
     upstream.mkdir()

@@ -60,7 +60,9 @@ def test_codebuild_commands_pass_shellcheck(buildspec: Path, tmp_path: Path) -> 
     proc = _run([str(BIN / "shellcheck"), str(script)])
     assert proc.returncode == 0, proc.stdout
     # build.yml runs the runner; image.yml (runtime images) the image job
-    assert ("wfbuild.image_job" if buildspec.name == "image.yml" else "wfbuild.runner") in script.read_text()
+    assert (
+        "wfbuild.images.image_job" if buildspec.name == "image.yml" else "wfbuild.runner.runner"
+    ) in script.read_text()
 
 
 @pytest.mark.parametrize("name", ["torch-2.5.1", "nightly", "extension"])

@@ -2,7 +2,7 @@
 and retried with fewer compilers, an interrupted cell resumed from the compiler cache.
 
 The source is examples/extension-ninja-off, its four C++ units compiled in parallel by
-wfbuild.parallel_compile. Each unit here includes ATen's headers and torch's pybind11 caster
+wfbuild.compiling.parallel_compile. Each unit here includes ATen's headers and torch's pybind11 caster
 (torch/csrc/utils/pybind.h) instead of torch/extension.h: about 0.95 GiB and 13 s of cc1plus each, not 1.5 GiB
 and 27 s (g++ 12, torch 2.13), and the same for every unit, which the limits below need ("two at once do
 not fit, one does" holds by half a unit). The runner runs in host mode against
@@ -42,12 +42,12 @@ import pytest
 from tests.buildspecs.conftest import ROOT
 from tests.buildspecs.memory_cgroup import MemoryCgroup
 from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
-from wheelfoundry.calibration import cell_cost, cells_of, updated
-from wheelfoundry.catalog import load_catalog
-from wheelfoundry.compiler_memory import gib_per_compiler, recorded_gib, words
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.calibration import cell_cost, cells_of, updated
+from wheelfoundry.planning.compiler_memory import gib_per_compiler, recorded_gib, words
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 # several real builds: `make test-heavy`, not `make test`; it gives each file to one worker (--dist loadfile),
 # so the module fixture `measured` (the unlimited build) is made once
@@ -119,7 +119,7 @@ def _build(
     env = runner_env(aws, job_key, task, work, cache, **extra)
     sampler = Sampler(cgroup)
     two = set(sorted(os.sched_getaffinity(0))[:2])
-    argv = cgroup.argv([sys.executable, "-m", "wfbuild.runner"])
+    argv = cgroup.argv([sys.executable, "-m", "wfbuild.runner.runner"])
     pin = lambda: os.sched_setaffinity(0, two)  # noqa: E731
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin) as proc:
         sampler.start()

@@ -1,4 +1,4 @@
-"""wfbuild.nvcc: per-file nvcc flags, and the lock's nvcc 13.0 giving the same object from two folders."""
+"""wfbuild.compiling.nvcc: per-file nvcc flags, and the lock's nvcc 13.0 giving the same object from two folders."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.buildspecs.jobs import ROOT, TODAY
-from wfbuild import cuda_home, nvcc, toolkit
-from wheelfoundry.catalog import load_catalog
+from wfbuild.compiling import cuda_home, nvcc
+from wfbuild.cuda import toolkit
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 KERNEL = """namespace {
 __global__ void twice(float* x, int n) {
@@ -75,7 +76,16 @@ def test_the_launcher_passes_the_flags_and_zeroes_the_pid_of_nvccs_intermediates
         "WF_SRC_DIR": str(tmp_path),
         "PYTHONPATH": str(ROOT / "buildspecs"),
     }
-    argv = [sys.executable, "-m", "wfbuild.nvcc", str(fake), "-c", str(tmp_path / "csrc" / "k.cu"), "-o", "k.o"]
+    argv = [
+        sys.executable,
+        "-m",
+        "wfbuild.compiling.nvcc",
+        str(fake),
+        "-c",
+        str(tmp_path / "csrc" / "k.cu"),
+        "-o",
+        "k.o",
+    ]
     assert subprocess.run(argv, cwd=tmp_path, env=env, check=False).returncode == 0
     assert (tmp_path / "k.o").read_bytes() == b"ELF..tmpxft_00000000_00000000-6_k.cudafe1.cpp.."
     passed = (tmp_path / "args").read_text().split("\n")
@@ -146,7 +156,7 @@ def _compile(compiler: Path, root: Path, launcher: bool, threads: str = "") -> b
     argv += ["-gencode", "arch=compute_80,code=sm_80"] if threads else []
     argv += [str(root / "csrc" / "k.cu"), "-o", str(root / "k.o")]
     if launcher:
-        argv = [sys.executable, "-m", "wfbuild.nvcc", *argv]
+        argv = [sys.executable, "-m", "wfbuild.compiling.nvcc", *argv]
     env = {"PATH": f"{compiler.parent}:/usr/bin:/bin", "WF_SRC_DIR": str(root), "PYTHONPATH": str(ROOT / "buildspecs")}
     env |= {"NVCC_APPEND_FLAGS": f"--threads {threads}"} if threads else {}
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, check=False)

@@ -35,10 +35,10 @@ import pytest
 from tests.buildspecs.conftest import example_source
 from tests.buildspecs.test_runner import Aws, moto_endpoint, runner_env, tarball  # noqa: F401
 from wfbuild import hostinfo
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`
 
@@ -53,7 +53,7 @@ REQUEST = {
     "arch_list": "8.0;9.0",
     "torch_index": "pip",  # this host's pip configuration: torch 2.14.1 (CUDA 13.0) from PyPI
 }
-# The memory inputs of the runner's split (wfbuild.parallelism.cell_slots), fixed in the job's env: with the
+# The memory inputs of the runner's split (wfbuild.compiling.parallelism.cell_slots), fixed in the job's env: with the
 # plan's 4 GiB per compiler and 4 GiB reserve, memory is the limit below 13 GiB (2 cores of 8 GiB rightly get
 # MAX_JOBS=1, no threads), so the split these tests prove would be the host's, not the rule's. At these, 2
 # pinned cores give the same split on any host of MIN_GIB: cell_slots(2, MIN_GIB - 1, 2, 1, ...) = MAX_JOBS=2,
@@ -195,7 +195,7 @@ def _put_job(
     prefix = f"runs/run-1/jobs/{job.id}/"
     contract["run"] = {"id": "run-1", "bucket": aws.bucket, "prefix": prefix, "channel": "dev", "ecr_repository": "",
                        "region": aws.region}  # fmt: skip
-    if cached:  # the stages' own session (wfbuild.credentials), which the cache server reads the bucket with
+    if cached:  # the stages' own session (wfbuild.runner.credentials), which the cache server reads the bucket with
         contract["run"]["job_role_arn"] = "arn:aws:iam::123456789012:role/wf-test-job"
     aws.s3.put_object(Bucket=aws.bucket, Key=f"{prefix}job.json", Body=json.dumps(contract).encode())
     return f"{prefix}job.json"
@@ -210,7 +210,7 @@ def _build(
     cpus: set[int] | None = None,
     sampler: Any = None,
 ) -> tuple[dict[str, Any], Any]:
-    """One build; ``threads`` None: the runner's own choice (wfbuild.parallelism.cell_slots); ``cpus``: the
+    """One build; ``threads`` None: the runner's own choice (wfbuild.compiling.parallelism.cell_slots); ``cpus``: the
     runner's CPU affinity (the cores it sees), else this host's; ``sampler``: an NvccSampler's stand-in
     (a thread with ``root`` and ``stop``)."""
     execution, token = aws.task_token()
@@ -221,7 +221,7 @@ def _build(
         env.pop(name, None)
     sampler = sampler or NvccSampler()
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    argv = [sys.executable, "-m", "wfbuild.runner"]
+    argv = [sys.executable, "-m", "wfbuild.runner.runner"]
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin) as proc:
         sampler.root = str(proc.pid)
         sampler.start()
@@ -288,11 +288,11 @@ def test_a_pyg_layout_cells_extensions_compile_side_by_side_and_give_the_serial_
 ) -> None:
     """Two extensions, each of one .cpp and one .cu file, built without ninja (tests/fixtures/pyg_cuda_ext,
     torch-scatter's layout): on one core the cell builds them one after the other; on 2 cores they share no
-    object file, so wfbuild.parallel_compile builds them side by side (each extension's chain at once, one
+    object file, so wfbuild.compiling.parallel_compile builds them side by side (each extension's chain at once, one
     nvcc thread each: processes x threads = cores), and the wheel is the serial build's.
 
     Each build in a folder of its own (as two instances have): without ninja torch runs $CUDA_HOME/bin/nvcc
-    itself, not PYTORCH_NVCC, so only wfbuild.cuda_home's shim brings the launcher that keeps the source's
+    itself, not PYTORCH_NVCC, so only wfbuild.compiling.cuda_home's shim brings the launcher that keeps the source's
     path out of its anonymous namespace's name (``_GLOBAL__N__<hash of the path>``) and the objects."""
     cores = sorted(two_cores())  # MEMORY: on 2 cores MAX_JOBS=2 on any host, as on 1 core MAX_JOBS=1
     first_aws, second_aws = Aws(moto_endpoint, "us-west-2"), Aws(moto_endpoint, "eu-west-2")

@@ -1,10 +1,10 @@
-"""wfbuild.package_tests: the line a user needs from a failed test run, and the argv it runs."""
+"""wfbuild.stages.package_tests: the line a user needs from a failed test run, and the argv it runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from wfbuild.package_tests import PackageTests, cause
+from wfbuild.stages.package_tests import PackageTests, cause
 
 PYTEST = """============================= test session starts ==============================
 collected 3 items

@@ -1,4 +1,4 @@
-"""Ninja-off setuptools builds compile their translation units in parallel (wfbuild.parallel_compile).
+"""Ninja-off setuptools builds compile their translation units in parallel (wfbuild.compiling.parallel_compile).
 
 The build test runs the real stage script (build-library.sh) on a torch ``BuildExtension(use_ninja=False)``
 package of four units, once with MAX_JOBS=1 and once with MAX_JOBS=3, with logging compiler wrappers
@@ -18,7 +18,7 @@ import pytest
 
 from tests.buildspecs.conftest import BUNDLE, run, tool_env
 from tests.buildspecs.jobs import ROOT
-from wfbuild import parallel_compile, parallel_compile_tool
+from wfbuild.compiling import parallel_compile, parallel_compile_tool
 
 FIXTURE = ROOT / "tests" / "fixtures" / "multi_tu_ext"
 COMPILERS = ("cc", "c++", "gcc", "g++", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-g++")
@@ -83,7 +83,7 @@ def test_ninja_off_units_compile_at_once_and_the_wheel_is_the_serial_ones(
     assert processes >= 5 and peak == 1  # 4 units and the link, one after another
     parallel, processes, peak, out = _build(tmp_path, build_env, cache_dir, 3)
     assert processes >= 5 and peak >= 2, f"the compilers never overlapped ({peak} at most)"
-    assert "up to 3 translation units at a time (wfbuild.parallel_compile" in out  # the log says how
+    assert "up to 3 translation units at a time (wfbuild.compiling.parallel_compile" in out  # the log says how
     assert "4 translation unit(s) in 1 compile step(s), at most 3 compilers at once" in out
     assert hashlib.sha256(parallel).hexdigest() == hashlib.sha256(serial).hexdigest()
 
@@ -201,7 +201,7 @@ def test_under_the_compiler_caches_pool_every_cuda_unit_gets_the_threads_of_one_
     monkeypatch.setenv("WF_NVCC_THREADS_POOLED", "1")
     monkeypatch.setenv("NVCC_APPEND_FLAGS", RUNNER)
     assert _flags_seen(cls().compile(["a.cu", "b.cu", "c.cpp"], tmp_path)) == [f"{RUNNER} --threads 4"] * 2 + [RUNNER]
-    monkeypatch.setenv("WF_NVCC_THREADS_POOLED", "0")  # its server did not start (wfbuild.compiler_cache)
+    monkeypatch.setenv("WF_NVCC_THREADS_POOLED", "0")  # its server did not start (wfbuild.compiling.compiler_cache)
     assert _flags_seen(cls().compile(["a.cu", "b.cu", "c.cpp"], tmp_path)) == [f"{RUNNER} --threads 2"] * 2 + [RUNNER]
 
 
@@ -212,7 +212,7 @@ def test_the_runners_threads_stay_where_it_exports_no_threads_for_one_alone(
     monkeypatch.delenv("WF_NVCC_THREADS_ALONE", raising=False)
     monkeypatch.setenv("NVCC_APPEND_FLAGS", "--threads 2")
     assert _flags_seen(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
-    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "1")  # a package's own --threads (wfbuild.parallelism)
+    monkeypatch.setenv("WF_NVCC_THREADS_ALONE", "1")  # a package's own --threads (wfbuild.compiling.parallelism)
     assert _flags_seen(cls().compile(["a.cpp", "b.cu"], tmp_path)) == ["--threads 2", "--threads 2"]
 
 

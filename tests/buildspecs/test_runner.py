@@ -25,7 +25,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.buildspecs.conftest import BUNDLE, example_source, run
 from tests.buildspecs.jobs import plan_extension_job
-from wfbuild import finish, runner
+from wfbuild.runner import finish, runner
 from wheelfoundry_user.failures import cause_lines
 
 OUTPUT_KEYS = {"job_id", "status", "manifest_key", "log_key", "wheels", "failures", "missing_cells"}
@@ -227,7 +227,7 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     job, job_key = put_job(aws, "wf-example-ops", source)
     execution, token = aws.task_token()
     work = tmp_path / "work"
-    proc = run([sys.executable, "-m", "wfbuild.runner"], runner_env(aws, job_key, token, work, cache_dir))
+    proc = run([sys.executable, "-m", "wfbuild.runner.runner"], runner_env(aws, job_key, token, work, cache_dir))
     assert proc.returncode == 0, proc.stdout[-4000:]
 
     described = aws.finished(execution)
@@ -256,13 +256,13 @@ def test_extension_job_succeeds(aws: Aws, cache_dir: Path, tmp_path: Path) -> No
     assert list(ran) == [
         *("fetch-source", f"env-{cell}", f"build-{cell}", f"abi-{cell}", f"repair-{cell}", f"smoke-{cell}", "manifest")
     ]
-    # The example's ATen operators bind it to torch 2.13 (wfbuild.abi, read from the built file's imports).
+    # The example's ATen operators bind it to torch 2.13 (wfbuild.wheels.abi, read from the built file's imports).
     (reading,) = manifest["abi"].values()
     assert reading["cell"] == cell and reading["stable"] is False and reading["floor"] is None
     assert wheel_entry_abi(manifest, cell)["stable"] is False
     assert wheel["cell"]["id"] == cell and wheel["cell"]["build_id"] == "torch2.13-cpu"
     assert all(s["status"] == "succeeded" and s["seconds"] >= 0 for s in ran.values())
-    usage = manifest["compile_usage"]  # the build stage under wfbuild.cpu_usage: its compiler's CPU seconds
+    usage = manifest["compile_usage"]  # the build stage under wfbuild.compiling.cpu_usage: its compiler's CPU seconds
     assert usage["stages"] == 1 and usage["cpu_seconds"] > 1.0 and usage["cores"] >= 1
     assert usage["wall_seconds"] <= ran[f"build-{cell}"]["seconds"] + 1.0
     # cores_busy comes from the unrounded seconds; the manifest rounds each to 0.01 s. So the ratio of the
@@ -430,9 +430,9 @@ def test_container_mode_builds_the_image_and_runs_stages_in_it(aws: Aws, cache_d
     assert [c[c.index(tag) + 1 :] for c in runs] == [
         ["python3", "-m", "wfbuild.envs", "--python", "3.11", "--dest", "/work/envs/cp311-torch2.13.0", "--torch", "torch==2.13.0",
          "--pip", "setuptools", "--pip", "wheel", "--pip", "ninja"],
-        ["python3", "-m", "wfbuild.cpu_usage", "--out", "/work/meta/usage/build-torch2.13.0-cp311-cpu-x86_64.json",
+        ["python3", "-m", "wfbuild.compiling.cpu_usage", "--out", "/work/meta/usage/build-torch2.13.0-cp311-cpu-x86_64.json",
          "--", "bash", "/bundle/stages/build-library.sh"],
-        ["python3", "-m", "wfbuild.manifest", "--work-dir", "/work", "--out", "/work/manifest.json"],
+        ["python3", "-m", "wfbuild.runner.manifest", "--work-dir", "/work", "--out", "/work/manifest.json"],
     ]  # fmt: skip
     # The loopback emulator: host networking for the stages that need a network, none for the manifest.
     assert [c[c.index("--network") + 1] for c in runs] == ["host", "host", "none"]
@@ -467,8 +467,8 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
     aws: Aws, cache_dir: Path, tmp_path: Path
 ) -> None:
     """A job that wants the stack's cache: in the image, each compile stage (and only those) runs under
-    ``python3 -m wfbuild.compiler_cache`` (its own server: the container's), whose stats the runner adds up."""
-    from wfbuild import cache_stats, compiler_cache
+    ``python3 -m wfbuild.compiling.compiler_cache`` (its own server: the container's), whose stats the runner adds up."""
+    from wfbuild.compiling import cache_stats, compiler_cache
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -495,14 +495,14 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
     commands = [c[c.index("-w") + 3 :] for c in runs]
     build = "build-torch2.13.0-cp311-cpu-x86_64"
     assert commands[1] == [
-        "python3", "-m", "wfbuild.cpu_usage", "--out", f"/work/meta/usage/{build}.json", "--",
-        "python3", "-m", "wfbuild.compiler_cache", "--stats", f"/work/meta/sccache/{build}.json", "--wrap", "--",
+        "python3", "-m", "wfbuild.compiling.cpu_usage", "--out", f"/work/meta/usage/{build}.json", "--",
+        "python3", "-m", "wfbuild.compiling.compiler_cache", "--stats", f"/work/meta/sccache/{build}.json", "--wrap", "--",
         "bash", "/bundle/stages/build-library.sh",
     ]  # fmt: skip
     assert commands[0][:3] == ["python3", "-m", "wfbuild.envs"] and commands[2][:3] == [
         "python3",
         "-m",
-        "wfbuild.manifest",
+        "wfbuild.runner.manifest",
     ]
     manifest = json.loads(aws.s3.get_object(Bucket=aws.bucket, Key=f"{prefix}manifest.json")["Body"].read())
     stats = manifest["compiler_cache"]
@@ -516,7 +516,8 @@ def test_container_mode_compiles_under_a_server_per_stage_and_the_manifest_adds_
 def test_links_the_build_plants_in_its_tree_never_reach_host_files(aws: Aws, tmp_path: Path) -> None:
     """In the image the build is root in a read-write /work: whatever it leaves there may be a link to a
     host file. The runner (root on the host) refuses to read, upload or write through any of them."""
-    from wfbuild import callback, hostfiles
+    from wfbuild import hostfiles
+    from wfbuild.runner import callback
 
     secret = tmp_path / "host-secret.json"
     secret.write_text(json.dumps({"status": "succeeded", "wheels": [], "HOST": "SECRET"}))

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from tests.buildspecs.jobs import ROOT
-from wfbuild import runtime_image as ri
-from wheelfoundry.catalog import load_catalog
+from wfbuild.images import runtime_image as ri
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.index import IndexFile, render_project
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.publishing.index import IndexFile, render_project
+from wheelfoundry.request.request import parse_request
 
 RUNTIME = ROOT / "buildspecs" / "images" / "runtime"
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wfbuild.source import UnsafeArchive, extract, unpack
+from wfbuild.runner.source import UnsafeArchive, extract, unpack
 
 
 def _tar(path: Path, *members: tarfile.TarInfo) -> Path:

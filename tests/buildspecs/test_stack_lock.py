@@ -1,4 +1,4 @@
-"""Host mode with a stack's toolkit lock (wfbuild.stack_lock, wfbuild.toolkit): the contract names the lock's key
+"""Host mode with a stack's toolkit lock (wfbuild.cuda.stack_lock, wfbuild.cuda.toolkit): the contract names the lock's key
 and sha256; the runner installs only those bytes, and the toolkit's cache key follows the digest."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.buildspecs.jobs import ROOT
-from wfbuild import stack_lock, toolkit
+from wfbuild.cuda import stack_lock, toolkit
 
 BUNDLE = ROOT / "buildspecs"
 LOCK = (BUNDLE / "images/scripts/cuda/cuda-13.0-x86_64.toml").read_bytes()  # any real lock's bytes will do

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.buildspecs.jobs import GOLDEN, golden_files, jobs
 from wfbuild import safety
-from wfbuild.stages import Stage, render_stages
+from wfbuild.stages.stages import Stage, render_stages
 
 
 def _stage(job: dict[str, Any], name: str) -> Stage:
@@ -130,7 +130,7 @@ def test_extension_stages() -> None:
     assert _args(check, "--in-dir") == ["/work/dist/raw/wf-example-ops/cp311/torch2.13.0"]
     assert _args(check, "--arch-list") == [job["arch_list"]] and _args(check, "--cuda") == ["12.6"]
     assert _args(check, "--out") == [f"/work/meta/devicecode/{cell}.json"] and check.offline
-    # Every cell's imports are read after its build (wfbuild.abi); nothing waits on the reading.
+    # Every cell's imports are read after its build (wfbuild.wheels.abi); nothing waits on the reading.
     reading = _stage(job, f"abi-{cell}")
     assert reading.needs == (f"build-{cell}",) and not reading.fatal and reading.offline
     assert _args(reading, "--in-dir") == ["/work/dist/raw/wf-example-ops/cp311/torch2.13.0"]
@@ -210,10 +210,10 @@ def test_any_accepted_ref_is_plain(ref: str) -> None:
 
 def _test_job(test: dict[str, Any]) -> dict[str, Any]:
     from tests.buildspecs.jobs import REQUESTS, TODAY
-    from wheelfoundry.catalog import load_catalog
+    from wheelfoundry.catalog.catalog import load_catalog
     from wheelfoundry.config import load_config
-    from wheelfoundry.planning import plan_request
-    from wheelfoundry.request import parse_request
+    from wheelfoundry.planning.planning import plan_request
+    from wheelfoundry.request.request import parse_request
 
     raw = {**REQUESTS["extension"], "test": test}
     plan = plan_request(parse_request(raw), load_catalog(), load_config(), today=TODAY)

@@ -6,7 +6,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from wfbuild.repair import static_cxx_runtime
+from wfbuild.wheels.repair import static_cxx_runtime
 
 SOURCE = '#include <stdexcept>\nextern "C" int fail(int x) { if (x) throw std::runtime_error("no"); return 0; }\n'
 

@@ -19,10 +19,13 @@ from packaging.version import Version
 
 from tests.buildspecs.conftest import BUNDLE
 from tests.buildspecs.jobs import jobs
-from wfbuild import callback, container, envs, source, stage_env, versions, wheelfile
+from wfbuild import envs
 from wfbuild.execute import BuildLog
-from wfbuild.libs import nvidia_rpaths
-from wfbuild.runner import Job
+from wfbuild.images import container
+from wfbuild.runner import callback, source, stage_env
+from wfbuild.runner.runner import Job
+from wfbuild.wheels import versions, wheelfile
+from wfbuild.wheels.libs import nvidia_rpaths
 
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "protocol.file.allow=always"]
 FILE_PROTOCOL = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.file.allow", "GIT_CONFIG_VALUE_0": "always"}
@@ -87,7 +90,7 @@ def test_nightly_version(tmp_path: Path) -> None:
     assert versions.nightly_version("0.21.0a0", "20241122", "cpu") == "0.21.0.dev20241122+cpu"
     (tmp_path / "version.txt").write_text("2.10.0a0\n")
     out = subprocess.run(
-        [sys.executable, "-m", "wfbuild.versions", "nightly", "--version-file", str(tmp_path / "version.txt"),
+        [sys.executable, "-m", "wfbuild.wheels.versions", "nightly", "--version-file", str(tmp_path / "version.txt"),
          "--date", "20260101", "--variant", "cpu"],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(BUNDLE)},
     )  # fmt: skip
@@ -239,7 +242,7 @@ def test_container_stage_env_and_run_argv(tmp_path: Path) -> None:
                "AWS_REGION": "us-east-1"}  # fmt: skip
     job = Job(environ, clients={"s3": object(), "stepfunctions": object()})
     job.job = jobs("torch-2.5.1")["torch2.5.1-cpu-x86_64"]
-    from wfbuild.stages import render_stages
+    from wfbuild.stages.stages import render_stages
 
     stage = next(s for s in render_stages(job.job) if s.name == "build-torchvision-3.11")
     env = stage_env.for_stage(job, stage, in_container=True)
@@ -298,8 +301,8 @@ def test_spot_watch_without_imds_ends_quietly(tmp_path: Path) -> None:
 
 
 def test_a_slim_wheel_carrying_torch_or_cuda_libraries_is_refused(tmp_path: Path) -> None:
-    from wfbuild.libs import CUDA_LIBS, TORCH_LIBS
-    from wfbuild.repair import slim_violations
+    from wfbuild.wheels.libs import CUDA_LIBS, TORCH_LIBS
+    from wfbuild.wheels.repair import slim_violations
 
     wheel = tmp_path / "ext-1.0-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as zf:

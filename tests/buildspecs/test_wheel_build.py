@@ -1,4 +1,4 @@
-"""wfbuild.wheel_build, the build stage's PEP 517 frontend: one build_wheel hook, run by the build
+"""wfbuild.wheels.wheel_build, the build stage's PEP 517 frontend: one build_wheel hook, run by the build
 environment's Python, without isolation; pip's metadata hook (a second run of setup.py) is gone."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wfbuild import wheel_build
+from wfbuild.wheels import wheel_build
 
 SETUP = """
 from pathlib import Path
@@ -33,7 +33,7 @@ def project(tmp_path: Path, pyproject: str | None) -> Path:
 
 
 def build(src: Path, out: Path, *settings: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "wfbuild.wheel_build", "--python", sys.executable, "--src", str(src)]
+    argv = [sys.executable, "-m", "wfbuild.wheels.wheel_build", "--python", sys.executable, "--src", str(src)]
     argv += ["--out", str(out), *(arg for s in settings for arg in ("--config-setting", s))]
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
 

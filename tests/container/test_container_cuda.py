@@ -12,7 +12,7 @@ setup.py first runs a random number (1 to 1000) of short processes. Observed, no
 launcher off (wf_nvcc_launcher returning at once) this test passed as well (docs/provenance.md), so it
 holds container builds to the same bytes, not the launcher to being the reason.
 
-Both runs' stages read torch's CUDA environment from the machine's cache (wfbuild.container.CACHE_DIR), as
+Both runs' stages read torch's CUDA environment from the machine's cache (wfbuild.images.container.CACHE_DIR), as
 a local run's do: the first run's env stage makes it (about 35 s; none with the cache kept), and the second
 run's says it reused it. Each run still compiles (tests/helpers.py assert_compiled)."""
 
@@ -31,11 +31,12 @@ from tests.helpers import assert_compiled
 from tests.local.test_reproducible_cuda import REQUEST, ROOT, _cuda_objects, _run
 from tests.workflow.test_merged import hide_system_cuda
 from tools.docker_testbed_cuda import build_cuda_builder
-from wfbuild import container, toolkit
-from wheelfoundry.catalog import load_catalog
+from wfbuild.cuda import toolkit
+from wfbuild.images import container
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
 
 SPAWNS = """import secrets as _wf_secrets, subprocess as _wf_subprocess
 for _ in range(1 + _wf_secrets.randbelow(1000)):  # another pid for nvcc in each build (module docstring)
@@ -74,7 +75,7 @@ def test_two_container_builds_of_a_cuda_cell_from_different_folders_give_identic
         assert f"builder image {cuda_container_mode} (WF_BUILDER_IMAGE" in logs, f"{folder}: not built in the image"
         assert_compiled(folder)  # both compiled their CUDA file: two builds, not one served twice
     # The second run's stages (``logs``: the last folder's) found torch's environment in the machine's cache
-    # (wfbuild.container.CACHE_DIR), made by the first run's (or an earlier one's) env stage, not installed again
+    # (wfbuild.images.container.CACHE_DIR), made by the first run's (or an earlier one's) env stage, not installed again
     assert f"reusing cached environment {container.CACHE_DIR}/envs/" in logs, "no cached environment"
     assert first.name == second.name, (first.name, second.name)
     (so,) = _cuda_objects(first).values()

@@ -2,7 +2,7 @@
 
 The local agent runs the shipped Build document with ``WF_CONTAINER=docker``: the real runner builds
 in the Docker test bed's builder image (tools/docker_testbed.py) with the flags an EC2 host uses
-(wfbuild.container.run_argv), then repairs, smoke-tests, uploads and calls back through the shipped
+(wfbuild.images.container.run_argv), then repairs, smoke-tests, uploads and calls back through the shipped
 state machine. The extension's setup.py is hostile: from inside the build container it tries to
 reach what only the host has, and reports each attempt in a module of the wheel it builds.
 """
@@ -22,7 +22,7 @@ from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 pytestmark = pytest.mark.heavy  # real builds in Docker: `make test-heavy` (.ci/heavy, after `make docker`)
 TINY_SETUP = (Path(__file__).parents[1] / "fixtures/tiny_ext/setup.py").read_text()
-# Runs inside the build stage (wfbuild.wheel_build runs setup.py); TARGETS holds host paths the test prepared.
+# Runs inside the build stage (wfbuild.wheels.wheel_build runs setup.py); TARGETS holds host paths the test prepared.
 HOSTILE = r"""
 import glob, json, os, socket
 
@@ -145,16 +145,19 @@ def test_an_extension_job_builds_in_docker_and_its_hostile_build_is_contained(
     manifest = s3_json(aws, stack, prefix + "manifest.json")
     stages = {s["name"]: s["status"] for s in manifest["stages"]}
     cell = "torch2.13.0-cp311-cpu-x86_64"
-    assert stages == {
-        "image": "succeeded",
-        "fetch-source": "succeeded",
-        f"env-{cell}": "succeeded",
-        f"build-{cell}": "succeeded",
-        f"abi-{cell}": "succeeded",  # what the cell's compiled files import (wfbuild.abi), read in the container too
-        f"repair-{cell}": "succeeded",
-        f"smoke-{cell}": "succeeded",
-        "manifest": "succeeded",
-    }
+    assert (
+        stages
+        == {
+            "image": "succeeded",
+            "fetch-source": "succeeded",
+            f"env-{cell}": "succeeded",
+            f"build-{cell}": "succeeded",
+            f"abi-{cell}": "succeeded",  # what the cell's compiled files import (wfbuild.wheels.abi), read in the container too
+            f"repair-{cell}": "succeeded",
+            f"smoke-{cell}": "succeeded",
+            "manifest": "succeeded",
+        }
+    )
     (wheel,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-tiny-ext/") if k.endswith(".whl")]
     observed = json.loads(wheel_module(aws, stack, wheel, "wf_tiny_ext/_hostile.py").removeprefix("RESULT = "))
     print("hostile build observed:", json.dumps(observed, indent=1, sort_keys=True))

@@ -46,7 +46,7 @@ def test_a_runtime_image_is_built_with_docker_tested_in_it_and_its_manifest_push
     assert labels["dev.wheelfoundry.run-id"] == run_id
     (wheel,) = outcome["wheels"]
     # every wheel the image installed, the run's first, each by its sha256: the cell wheel pins its torch minor,
-    # so torch 2.13 and its closure are locked into the image too (wfbuild.runtime_image)
+    # so torch 2.13 and its closure are locked into the image too (wfbuild.images.runtime_image)
     locked = labels["dev.wheelfoundry.wheel-sha256"].split(",")
     assert locked[0] == f"{wheel['filename']}={wheel['sha256']}", locked
     assert all(re.fullmatch(r"[^=,]+\.whl=[0-9a-f]{64}", entry) for entry in locked), locked

@@ -213,7 +213,7 @@ def test_the_reaper_stops_the_image_builds_of_an_ended_execution() -> None:
 
 
 def test_the_runner_reads_the_token_from_s3_only_when_none_is_given(tmp_path: Path) -> None:
-    from wfbuild.runner import Job
+    from wfbuild.runner.runner import Job
 
     s3 = S3()
     s3.objects[f"{PREFIX}token"] = TOKEN.encode() + b"\n"

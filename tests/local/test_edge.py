@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import TEMPLATE, http_get
-from wheelfoundry.edge import NOT_FOUND, WHEEL_CACHE, Edge, site_pages
-from wheelfoundry.index import publish_index
+from wheelfoundry.publishing.edge import NOT_FOUND, WHEEL_CACHE, Edge, site_pages
+from wheelfoundry.publishing.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws, cfn_edge
 from wheelfoundry_local.cfn_yaml import load_template
 from wheelfoundry_local.edge import LocalEdge, serving_edge

@@ -14,9 +14,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.helpers import TEMPLATE, http_get
-from wheelfoundry.edge import NOT_FOUND, WHEEL_CACHE, Edge, site_pages
 from wheelfoundry.errors import EdgeInvalidationFailed
-from wheelfoundry.index import STATE, publish_index
+from wheelfoundry.publishing.edge import NOT_FOUND, WHEEL_CACHE, Edge, site_pages
+from wheelfoundry.publishing.index import STATE, publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.edge import LocalEdge, serving_edge
 

@@ -1,5 +1,5 @@
 """Issue 10: the embedded S3 authorizes assumed-role sessions with the deployed template's roles, and the
-runner's job session (buildspecs/wfbuild/credentials.py) can touch nothing but its own job."""
+runner's job session (buildspecs/wfbuild/runner/credentials.py) can touch nothing but its own job."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from wfbuild import credentials
+from wfbuild.runner import credentials
 from wheelfoundry_local.deploy import DeployedStack
 from wheelfoundry_local.session import EmbeddedAws
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.helpers import readme_block, run_readme_block
 from tests.indexserver import envelope_for, pypiserver, tiny_wheel
-from wheelfoundry import provenance
-from wheelfoundry.index import publish_index
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.index import publish_index
 from wheelfoundry_local import EmbeddedAws
 
 pytestmark = pytest.mark.heavy  # several real builds: `make test-heavy` (.ci/heavy), not `make test`

@@ -5,7 +5,7 @@ wheels. nvcc comes from the repository's CUDA 13.0 lock (the runner installs it 
 every system CUDA hidden; torch 2.14.1+cu130 from the package index.
 
 Built without ninja (the PyG packages' way: torch runs $CUDA_HOME/bin/nvcc itself, and the launcher reaches
-it through wfbuild.cuda_home's shim), a CUDA cell is held to the same bytes from two folders by
+it through wfbuild.compiling.cuda_home's shim), a CUDA cell is held to the same bytes from two folders by
 tests/buildspecs/test_nvcc_threads.py's PyG-layout test."""
 
 from __future__ import annotations

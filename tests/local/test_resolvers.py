@@ -23,8 +23,8 @@ import pytest
 from tests.helpers import TEMPLATE
 from tests.local.test_edge_viewers import publish
 from tests.tiny_wheels import metadata_of, pure_wheel
-from wheelfoundry.edge import WHEEL_CACHE
-from wheelfoundry.index import YANKED
+from wheelfoundry.publishing.edge import WHEEL_CACHE
+from wheelfoundry.publishing.index import YANKED
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.edge import serving_edge
 

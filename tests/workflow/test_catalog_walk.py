@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from tests.workflow.test_workflow import with_image_check
-from wheelfoundry.catalog import Catalog, load_catalog
+from wheelfoundry.catalog.catalog import Catalog, load_catalog
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 CATALOG = load_catalog()

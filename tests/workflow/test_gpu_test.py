@@ -2,7 +2,7 @@
 
 A CUDA 13.0 job of the tiny extension builds here for real; then the state machine ends the build
 instance, launches a GPU instance (g6.xlarge, from the Deep Learning Base AMI's public parameter) and
-sends it the GpuTest document, whose real script runs wfbuild.gpu_runner. This machine has no GPU, so
+sends it the GpuTest document, whose real script runs wfbuild.gpu.gpu_runner. This machine has no GPU, so
 the real probe says "no CUDA device" and the step is "skipped-in-emulation", never "passed". The other
 paths swap in a stand-in probe (WF_GPU_PROBE, honoured only where WF_GPU_HOST=emulated): one that
 reports a failed check, one that hangs. Every test ends with no instance left (conftest's stack).

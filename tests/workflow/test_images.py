@@ -56,7 +56,7 @@ def test_a_run_with_an_image_section_pushes_a_tested_runtime_image(
     labels = json.loads(found["imageManifest"])["annotations"]
     assert labels["dev.wheelfoundry.run-id"] == run_id
     # every wheel the image installed, the run's first, each by its sha256 (the cell wheel's torch pin brings
-    # torch's closure into the lock: wfbuild.runtime_image)
+    # torch's closure into the lock: wfbuild.images.runtime_image)
     locked = labels["dev.wheelfoundry.wheel-sha256"].split(",")
     assert locked[0] == f"{filename}={sha}", locked
     assert all(re.fullmatch(r"[^=,]+\.whl=[0-9a-f]{64}", entry) for entry in locked), locked

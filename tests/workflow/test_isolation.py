@@ -1,6 +1,6 @@
 """Issue 10: a hostile extension build, run through the shipped state machine in the embedded AWS, tries to
 write into another run's outputs and the framework compiler cache, read another job's contract and call
-back; its job session (buildspecs/wfbuild/credentials.py), enforced by the embedded S3 with the deployed
+back; its job session (buildspecs/wfbuild/runner/credentials.py), enforced by the embedded S3 with the deployed
 template's roles (local/wheelfoundry_local/iam_enforce.py), refuses all of it, and the run publishes only
 its own verified wheel."""
 
@@ -102,7 +102,7 @@ def test_a_hostile_build_cannot_touch_anything_outside_its_job(
         "simple/ci/",
         "simple/ci/torch-2.13.0+cpu/",
         "simple/ci/torch-2.13.0+cpu/wf-tiny-ext/",
-        "simple/ci/torch2.13-cpu/",  # the variant index (wheelfoundry.index_variants)
+        "simple/ci/torch2.13-cpu/",  # the variant index (wheelfoundry.publishing.index_variants)
         "simple/ci/torch2.13-cpu/wf-tiny-ext/",
         "simple/ci/wf-tiny-ext/",
     ]

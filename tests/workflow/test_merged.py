@@ -22,7 +22,8 @@ import pytest
 from wheelfoundry_cli.index_server import serving
 
 from tests.workflow.conftest import extension_request, launched_by, run, s3_json, s3_keys, upload
-from wfbuild import hostinfo, parallelism
+from wfbuild import hostinfo
+from wfbuild.compiling import parallelism
 from wfbuild.envs import thin_env
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 
@@ -124,7 +125,7 @@ def test_cpu_and_cuda_cells_of_two_torch_releases_merge_into_one_wheel(
         span = cells.setdefault(stage["group"], [stage["started_at"], stage["ended_at"]])
         span[:] = [min(span[0], stage["started_at"]), max(span[1], stage["ended_at"])]
     assert len(cells) == 2
-    # Cells at once are the rule's for this host (wfbuild.parallelism.cell_slots: its cores, its memory less the
+    # Cells at once are the rule's for this host (wfbuild.compiling.parallelism.cell_slots: its cores, its memory less the
     # job's reserve, the job's memory per compiler): the runner on this host saw the same inputs. Two at once
     # overlap (both chains start together and each runs several stages); one at a time, one after the other.
     env = s3_json(aws, stack, f"{cpu_prefix}job.json")["env"]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import http_get
 from tests.workflow.conftest import explained, extension_request, run, s3_keys, source, upload
-from wheelfoundry.edge import NOT_FOUND, site_pages
+from wheelfoundry.publishing.edge import NOT_FOUND, site_pages
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.consumer import anonymous_env
 from wheelfoundry_local.edge import serving_edge
@@ -126,7 +126,7 @@ def test_a_public_channel_serves_anyone_and_nothing_else(
             MetadataDirective="REPLACE",
         )
         # and its PEP 658 file, as Collect publishes one beside each wheel: the channel-wide page lists a cell
-        # wheel only where its metadata pins its torch (wheelfoundry.index_variants)
+        # wheel only where its metadata pins its torch (wheelfoundry.publishing.index_variants)
         s3.copy_object(
             Bucket=bucket, Key=f"{newer}.metadata", CopySource={"Bucket": bucket, "Key": f"{wheel_key}.metadata"}
         )

@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 from wheelfoundry_cli.index_server import serving
 from wheelfoundry_cli.main import main
 
-from wheelfoundry import provenance
-from wheelfoundry.index import STATE
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.index import STATE
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_user.trust import Keyring, TrustedKey
 from wheelfoundry_user.verify import pem_of
@@ -170,7 +170,7 @@ def test_a_wheel_rewritten_with_its_index_is_refused_by_fetch_and_by_the_proxy(
     assert code == 0 and "--no-verify: signatures NOT checked" in err
 
     keys = Keyring((TrustedKey(published["pem"], "the stack's key"),))
-    caplog.set_level(logging.WARNING, logger="wheelfoundry.index")
+    caplog.set_level(logging.WARNING, logger="wheelfoundry.publishing.index")
     with serving(aws.client("s3"), stack.outputs["WheelBucketName"], keys=keys) as base:
         index = f"{base}/simple/{CHANNEL}/"
         refused = pip_install(index, "wf-signed-evil", tmp_path / "t-evil")

@@ -19,7 +19,7 @@ from wheelfoundry_cli.main import main
 
 from tests.test_watch_stack import sdist
 from tests.watch_support import RECORDED, state
-from wheelfoundry.index import publish_index
+from wheelfoundry.publishing.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import assert_no_builds, assert_no_instances, aws, embedded_aws  # noqa: F401
 

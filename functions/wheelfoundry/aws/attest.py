@@ -1,7 +1,7 @@
 """Attest: after a run's wheels were published, sign a provenance statement for each.
 
 An extension run's wheels reach the channel only from its test jobs, after the published bytes passed
-(wheelfoundry.testjobs): what is signed was installed and tested exactly as users get it.
+(wheelfoundry.planning.testjobs): what is signed was installed and tested exactly as users get it.
 
 The statement is built from what this function reads itself: the wheel's bytes in the channel (hashed
 here, not taken from metadata), the job manifests under the run's prefix, the request Validate stored.
@@ -19,9 +19,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from wheelfoundry import provenance
-from wheelfoundry.edge import PAGE_CACHE
 from wheelfoundry.errors import ProvenanceInvalid
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.edge import PAGE_CACHE
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:

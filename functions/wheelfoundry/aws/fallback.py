@@ -1,7 +1,7 @@
 """Layout fallback by evidence: a merged wheel that failed the test of its published bytes, in a run that
 left the layout to the farm (``layout: auto``), gives way to the cell wheels (docs/contracts.md §6).
 
-Merge's static check (wheelfoundry.merge.path_loaded) sees compiled files one merged wheel cannot serve.
+Merge's static check (wheelfoundry.publishing.merge.path_loaded) sees compiled files one merged wheel cannot serve.
 It cannot see a package's own code finding a Python extension module by path (a glob or a FileFinder
 over EXTENSION_SUFFIXES, arithmetic on ``__file__``): that shows only when the merged bytes are imported.
 So the test jobs' verdict is the evidence. When a test job reports ``PUBLISHED WHEEL FAILED`` (the
@@ -12,7 +12,7 @@ before it signs anything, and the state machine calls Merge again with that erro
 1. ``runs/<run>/fallback.json`` records why, first, so a run falls back once at most;
 2. what the merged pass's passing test jobs put into the channel is withdrawn (only the objects this run
    created: a wheel another run had published stays), so one layout serves the whole run. Withdrawn is
-   yanked (PEP 592, ``<wheel>.yanked`` beside it, wheelfoundry.index): a channel may have served the name
+   yanked (PEP 592, ``<wheel>.yanked`` beside it, wheelfoundry.publishing.index): a channel may have served the name
    already (another run's publish lists the whole channel), so its bytes stay where an edge or a user's
    cache may hold them, and the name is never published again with other bytes;
 3. each test job is planned again as ``<id>-per-cell`` under its own prefix (the first pass's results
@@ -31,7 +31,7 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.aws.merging import _json, stage_run
-from wheelfoundry.index import YANKED
+from wheelfoundry.publishing.index import YANKED
 
 VERDICT = "PUBLISHED WHEEL FAILED: "
 RETEST_SUFFIX = "-per-cell"

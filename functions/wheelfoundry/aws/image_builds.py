@@ -3,7 +3,7 @@
 The BuildImages Map's ``BuildImage`` state (``lambda:invoke.waitForTaskToken``) calls ``start_image``:
 it stores the token at ``runs/<run>/jobs/<image id>/token`` (the key form the CodeBuild executor
 uses, docs/contracts.md section 7) and starts the build on the stack's runtime image project
-(privileged: Docker) with ``codebuild/image.yml`` from the run's pinned bundle. ``wfbuild.image_job``
+(privileged: Docker) with ``codebuild/image.yml`` from the run's pinned bundle. ``wfbuild.images.image_job``
 reads the token from S3 and calls back with its result (or fails the task). A build that dies before
 calling back is failed by the CodeBuild state-change rule and stopped by the reaper when its execution
 ends, as a job's build (wheelfoundry.aws.codebuild: the same WF_TOKEN_KEY, WF_EXECUTION, WF_JOB_ID);

@@ -4,7 +4,7 @@ Runs on Lambda after the Map (docs/contracts.md §6). The layout is decided here
 themselves (:func:`choose_layout`): ``merged`` gives one wheel per (Python, platform) holding every
 build; ``per-cell`` stages the cell wheels as they are. Nothing is published here: each wheel goes to
 the prefix of the test job that serves its cells (``<test prefix>staged/``, listed in ``staged.json``),
-and only a wheel that passed there reaches the channel (wheelfoundry.testjobs).
+and only a wheel that passed there reaches the channel (wheelfoundry.planning.testjobs).
 The builds are untrusted: cells come from job.json (written by Validate), each wheel is read from
 its job's own prefix and its bytes must hash to what the job's manifest says. A cell with no
 smoke-tested wheel is *missing*: the run goes out without it and names it, unless the request set
@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from wheelfoundry.aws.results import safe_wheel_name
-from wheelfoundry.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
+from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:
@@ -78,7 +78,7 @@ def _test_jobs(s3: Any, bucket: str, tests: list[dict[str, Any]]) -> dict[str, d
 
 def choose_layout(asked: str, files: list[str], plain: frozenset[str] = frozenset()) -> tuple[str, str]:
     """(layout, why) from the request's layout and every file of the cell wheels (``plain``: those of their
-    ``<name>.so`` files that define ``PyInit_<name>``, wheelfoundry.merge.plain_modules)."""
+    ``<name>.so`` files that define ``PyInit_<name>``, wheelfoundry.publishing.merge.plain_modules)."""
     by_path = path_loaded(files, plain)
     if asked == "per-cell":
         return "per-cell", "the request asked for per-cell wheels"

@@ -10,8 +10,8 @@ from typing import Any
 from wheelfoundry.aws.notify import release_day, watch_record
 from wheelfoundry.aws.results import readable_cause
 from wheelfoundry.aws.timing import record_cells, report_rows
-from wheelfoundry.edge import public_urls
 from wheelfoundry.errors import JobsFailed
+from wheelfoundry.publishing.edge import public_urls
 
 
 def report(

@@ -12,9 +12,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from wheelfoundry.aws.timing import job_timing
 from wheelfoundry.config import load_config
-from wheelfoundry.edge import WHEEL_CACHE
 from wheelfoundry.errors import ManifestInvalid, PublishedNameReused
-from wheelfoundry.index import published_sha256
+from wheelfoundry.publishing.edge import WHEEL_CACHE
+from wheelfoundry.publishing.index import published_sha256
 
 CAUSE_IN_STATE = 1000  # characters of a failure's cause kept in the execution state; S3 has all of it
 
@@ -220,7 +220,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
 
 def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:
     """``{cell: {status, arch_list, sass, ptx, missing}}`` for a CUDA extension job (what each cell's build holds,
-    wfbuild.devicecode), ``{}`` for any other job. The manifest is the build's: only the contract's ``cells``
+    wfbuild.cuda.devicecode), ``{}`` for any other job. The manifest is the build's: only the contract's ``cells``
     count, each list and string cut short (the execution's state stays small)."""
     records = manifest.get("device_code")
     if not isinstance(records, dict) or not records:

@@ -7,19 +7,21 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from wheelfoundry import derived, quotas, stack_toolkits
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
 from wheelfoundry.aws.timing import calibration_key, read_record
-from wheelfoundry.buildenv import extension_cache_scope
-from wheelfoundry.catalog import load_catalog
+from wheelfoundry.catalog import derived
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.catalog.derived import with_derived
 from wheelfoundry.config import FarmConfig, load_config
-from wheelfoundry.derived import with_derived
 from wheelfoundry.errors import Issue, LaunchFailed, QuotaTooSmall, RequestInvalid
-from wheelfoundry.jobs import Job, StackContext
-from wheelfoundry.model import ExtensionRequest
-from wheelfoundry.pins import job_locks, stack_lock_issues, unbuildable
-from wheelfoundry.planning import plan_request
-from wheelfoundry.request import parse_request
+from wheelfoundry.planning import quotas
+from wheelfoundry.planning.buildenv import extension_cache_scope
+from wheelfoundry.planning.jobs import Job, StackContext
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.model import ExtensionRequest
+from wheelfoundry.request.pins import job_locks, stack_lock_issues, unbuildable
+from wheelfoundry.request.request import parse_request
+from wheelfoundry.toolkits import stack_toolkits
 
 # Past the job's own limit the SSM command times out first; this margin lets its event arrive.
 BUILD_TIMEOUT_MARGIN_SECONDS = 900

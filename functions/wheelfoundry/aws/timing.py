@@ -2,7 +2,7 @@
 
 Collect reads a finished job's manifest (its stages' start and end times) and the contract Validate wrote
 (the estimate); ``job_timing`` is what it adds to the job's result. Report lists them in report.json
-(``timing``) and folds the extension cells into ``calibration/<source>.json`` (wheelfoundry.calibration),
+(``timing``) and folds the extension cells into ``calibration/<source>.json`` (wheelfoundry.planning.calibration),
 which Validate reads when it plans that source again.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from wheelfoundry import calibration
 from wheelfoundry.config import FarmConfig
+from wheelfoundry.planning import calibration
 
 
 def calibration_key(scope: str) -> str:

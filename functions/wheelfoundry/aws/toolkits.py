@@ -1,9 +1,9 @@
-"""The stack's toolkits in its bucket (wheelfoundry.stack_toolkits): read the record; and the watcher's part,
+"""The stack's toolkits in its bucket (wheelfoundry.toolkits.stack_toolkits): read the record; and the watcher's part,
 lock each CUDA toolkit a followed release needs that the deployment has no lock for.
 
-A lock is resolved as tools/lock_cuda.py resolves it (wheelfoundry.toolkit_lock: NVIDIA's ``cuda-toolkit``
+A lock is resolved as tools/lock_cuda.py resolves it (wheelfoundry.toolkits.toolkit_lock: NVIDIA's ``cuda-toolkit``
 metapackage for the compiler, each ``nvidia-*`` line the torch wheel's METADATA pins, each file's sha256 from
-the index's JSON), rendered by the same code (wheelfoundry.toolkit_lock_file), put under ``toolkits/`` by its
+the index's JSON), rendered by the same code (wheelfoundry.toolkits.toolkit_lock_file), put under ``toolkits/`` by its
 digest and recorded in ``toolkits/index.json`` before any run is planned, so the tick that locks it also
 plans its cells. With ``ToolkitApproval=manual`` the lock is recorded unapproved: its cells wait, named.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from wheelfoundry import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
-from wheelfoundry.stack_toolkits import INDEX_KEY, StackToolkit
-from wheelfoundry.subscriptions import Subscription
-from wheelfoundry.toolkit_row import FactsOf, upstream_or_assumed
-from wheelfoundry.watcher import Stack, Upstream, toolkits_needed
+from wheelfoundry.toolkits import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
+from wheelfoundry.toolkits.stack_toolkits import INDEX_KEY, StackToolkit
+from wheelfoundry.toolkits.toolkit_row import FactsOf, upstream_or_assumed
+from wheelfoundry.watch.subscriptions import Subscription
+from wheelfoundry.watch.watcher import Stack, Upstream, toolkits_needed
 
 WRITER = "the WheelFoundry watcher (wheelfoundry.aws.toolkits, as tools/lock_cuda.py wheels)"
 Get = toolkit_lock.Get

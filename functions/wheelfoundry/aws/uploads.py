@@ -21,11 +21,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from wheelfoundry import provenance
 from wheelfoundry.aws.attest import published
 from wheelfoundry.errors import ProvenanceInvalid, PublishFailed
-from wheelfoundry.publish_targets import CodeArtifactRepo, PublishTarget
-from wheelfoundry.uploads import Candidate, Credentials, publish
+from wheelfoundry.publishing import provenance
+from wheelfoundry.publishing.uploads import Candidate, Credentials, publish
+from wheelfoundry.request.publish_targets import CodeArtifactRepo, PublishTarget
 
 TOKEN_SECONDS = 900  # the Upload function's own limit: a token outlives no run of it
 

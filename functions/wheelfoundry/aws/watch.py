@@ -1,4 +1,4 @@
-"""The watcher's tick on the stack: read what it needs, run the pure tick (wheelfoundry.watcher), act on it.
+"""The watcher's tick on the stack: read what it needs, run the pure tick (wheelfoundry.watch.watcher), act on it.
 
 Reads: the subscriptions (``subscriptions/*.json``), the channels' index states, the deployed bundle's toolkit
 locks (bundles/current.json), PyPI's simple API for torch and each pypi-sourced package (PEP 691 JSON),
@@ -23,19 +23,19 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from wheelfoundry import derived
 from wheelfoundry.aws import toolkits
-from wheelfoundry.catalog import Catalog, load_catalog
+from wheelfoundry.catalog import derived
+from wheelfoundry.catalog.catalog import Catalog, load_catalog
+from wheelfoundry.catalog.upstream_index import SIMPLE_JSON, html_files, pypi_files, requires_dist_text, torch_releases
 from wheelfoundry.config import FarmConfig
-from wheelfoundry.coverage import Coverage
 from wheelfoundry.errors import RequestInvalid
-from wheelfoundry.index import STATE
-from wheelfoundry.jobs import StackContext
-from wheelfoundry.subscriptions import PREFIX, Subscription, parse_subscription
-from wheelfoundry.toolkit_row import FactsOf
-from wheelfoundry.upstream_index import SIMPLE_JSON, html_files, pypi_files, requires_dist_text, torch_releases
-from wheelfoundry.watch_facts import PackageRelease, locks_of, package_releases
-from wheelfoundry.watcher import Stack, Start, Tick, Upstream, tick
+from wheelfoundry.planning.jobs import StackContext
+from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.publishing.index import STATE
+from wheelfoundry.toolkits.toolkit_row import FactsOf
+from wheelfoundry.watch.subscriptions import PREFIX, Subscription, parse_subscription
+from wheelfoundry.watch.watch_facts import PackageRelease, locks_of, package_releases
+from wheelfoundry.watch.watcher import Stack, Start, Tick, Upstream, tick
 
 Fetch = Callable[[str, Mapping[str, str]], bytes]
 TICK_KEY = "watch/last-tick.json"

@@ -13,7 +13,7 @@ from wheelfoundry.aws.attest import attest_run
 from wheelfoundry.aws.fallback import evidence
 from wheelfoundry.errors import MergedWheelFailed
 from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
-from wheelfoundry.provenance import kms_signer
+from wheelfoundry.publishing.provenance import kms_signer
 
 
 @entrypoint

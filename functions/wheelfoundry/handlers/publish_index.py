@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wheelfoundry.edge import Edge
 from wheelfoundry.handlers.runtime import Runtime, entrypoint
-from wheelfoundry.index import publish_index
+from wheelfoundry.publishing.edge import Edge
+from wheelfoundry.publishing.index import publish_index
 
 
 @entrypoint

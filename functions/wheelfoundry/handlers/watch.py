@@ -13,7 +13,7 @@ from wheelfoundry.handlers.runtime import Runtime, entrypoint, logger, metrics
 def handler(event: dict[str, Any], rt: Runtime) -> dict[str, Any]:
     from wheelfoundry.aws.watch import Sources, WatchSettings, run_tick, urllib_fetch
     from wheelfoundry.config import load_config
-    from wheelfoundry.jobs import StackContext
+    from wheelfoundry.planning.jobs import StackContext
 
     bucket = rt.var("WF_BUCKET")
     guardrails = (

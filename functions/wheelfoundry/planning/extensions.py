@@ -1,0 +1,310 @@
+"""Plan a user's torch extension: cells (torch x CUDA x Python x platform) packed onto shared hosts.
+
+Cells that can share a builder image (same platform and CUDA toolkit; any torch and Python) form
+one job: one instance builds them in parallel, each cell in its own build environment, with the
+instance's compile jobs and nvcc threads split between the cells that run at once. So 3 torch x 2 CUDA
+x 3 Python is 2 jobs (one per CUDA toolkit), not 18, unless the run's wall-time target
+(``options.max_wall_hours``) needs a toolkit's cells spread over more instances: then the cheapest layout
+that meets it (wheelfoundry.planning.walltime), each part a job of its own (``<name>-<target>-2of3``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
+
+from wheelfoundry.catalog.catalog import Catalog
+from wheelfoundry.catalog.resolve import resolve_version
+from wheelfoundry.config import FarmConfig, InstanceType
+from wheelfoundry.planning import buildenv, compiler_memory, walltime, wheel_size
+from wheelfoundry.planning.calibration import cell_cost
+from wheelfoundry.planning.jobs import (
+    CellSpec,
+    Estimate,
+    ExtensionSpec,
+    Job,
+    PackagePin,
+    SmokeSpec,
+    StackContext,
+)
+from wheelfoundry.planning.sizing import choose_instance, ec2_usd_per_hour, max_jobs
+from wheelfoundry.planning.source_profile import SourceProfile
+from wheelfoundry.planning.walltime import CellCost
+from wheelfoundry.request import exclusions
+from wheelfoundry.request.model import ExtensionRequest, ExtensionSource
+from wheelfoundry.request.targets import target_id, variant
+
+TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, platform: str) -> tuple[CellSpec, ...]:
+    """The cells of one (platform, CUDA toolkit): every torch release x the Pythons it supports."""
+    accelerator = "cuda" if cuda else "cpu"
+    label = variant(accelerator, cuda)
+    tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
+    cells = []
+    for spec in request.torch:
+        resolved = resolve_version(spec, catalog)
+        torch_version = resolved.torch_version or spec
+        parsed = Version(torch_version)
+        for python in (p for p in request.python if p in resolved.python):
+            if exclusions.excluded(request.exclude, torch=spec, cuda=cuda or "cpu", python=python, platform=platform):
+                continue
+            cells.append(
+                CellSpec(
+                    id=f"torch{torch_version}-cp{python.replace('.', '')}-{tid}",
+                    torch_version=torch_version,
+                    python=python,
+                    local_label=f"pt{parsed.major}{parsed.minor}{label}",
+                    build_id=f"torch{parsed.major}.{parsed.minor}-{label}",
+                )
+            )
+    return tuple(cells)
+
+
+def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, platform: str) -> str:
+    """x86_64: the toolkit's list; aarch64: the list upstream used there (the newest cell's release)."""
+    if platform != "aarch64":
+        return catalog.cuda[cuda].default_arch_list
+    newest = max(Version(c.torch_version) for c in cells)
+    release = catalog.release(f"{newest.major}.{newest.minor}")
+    return catalog.toolkit_for(release, cuda, platform).default_arch_list
+
+
+def right_sized(found: list[walltime.Option], config: FarmConfig, platform: str) -> list[walltime.Option]:
+    """Without a record of the source, the smaller instance types (``extension_instances_measured``) only
+    where they hold the wall time of the default type with as many shards: cells that cannot use a large
+    instance get a smaller one that costs less and takes no longer."""
+    small = set(config.extension_instances_measured.get(platform, ()))
+    default = config.extension_instances.get(platform, ("",))[0]
+    walls = {o.shards: o.wall for o in found if o.instance.name == default}
+    return [o for o in found if o.instance.name not in small or o.wall <= walls.get(o.shards, 0.0) + 1e-9]
+
+
+def plan_extension(
+    request: ExtensionRequest,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    record: Mapping[str, Any] | None = None,
+    profile: SourceProfile | None = None,
+) -> tuple[tuple[Job, ...], list[str], dict[str, CellCost]]:
+    """The request's jobs: each (platform, CUDA toolkit)'s cells on as many instances as the cheapest layout
+    meeting ``options.max_wall_hours`` needs (wheelfoundry.planning.walltime); ``record``: this source's recorded
+    cells (wheelfoundry.planning.calibration), None for the catalog's model; ``profile``: what the source holds, for
+    a first run. Also each job's cell cost (for its sizing note, once its executor is known)."""
+    groups = []
+    for cuda_spec in request.cuda:
+        cuda = None if cuda_spec == "cpu" else cuda_spec
+        for platform in request.platforms:
+            cells = cells_for(request, catalog, cuda, platform)
+            if cells:
+                arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
+                archs = walltime.arch_count(arch_list) if cuda else 1
+                cost = cell_cost(bool(cuda), archs, config, record, profile)
+                found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
+                found = found if cost.recorded else right_sized(found, config, platform)
+                found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
+                groups.append((cuda, platform, cells, arch_list, cost, found))
+    sizes = [  # each cell wheel's predicted bytes: the layout auto resolves to, by the index's limit
+        (c.python, platform, wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0])
+        for cuda, platform, cells, arch_list, cost, _ in groups
+        for c in cells
+    ]
+    request, size_note = wheel_size.resolve_layout(request, sizes)
+    rails = config.guardrails
+    layout = walltime.choose_layouts(
+        [g[-1] for g in groups],
+        request.options.max_wall_hours,
+        min(rails.max_jobs, rails.max_concurrent_jobs),
+        rails.max_instance_hours,
+    )
+    jobs: list[Job] = []
+    notes: list[str] = []
+    costs: dict[str, CellCost] = {}
+    for (cuda, platform, cells, arch_list, cost, _), chosen in zip(groups, layout.chosen, strict=True):
+        start = 0
+        for part, size in enumerate(walltime.shard_sizes(len(cells), chosen.shards), start=1):
+            shard = cells[start : start + size]
+            start += size
+            suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
+            job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
+            jobs.append(job)
+            costs[job.id] = cost
+    notes += [size_note] if size_note else []
+    if not layout.met:
+        notes.append(
+            f"max_wall_hours {request.options.max_wall_hours:g} cannot be met within this stack's guardrails "
+            f"({min(rails.max_jobs, rails.max_concurrent_jobs)} jobs at once, {rails.max_instance_hours:g} "
+            f"instance-hours): the fastest layout takes {layout.wall:.2f} h"
+        )
+    return tuple(jobs), notes, costs
+
+
+def sizing_note(job: Job, cost: CellCost, config: FarmConfig) -> str:
+    """How ``job``'s cells share the machine its executor gives them (an EC2 instance or a CodeBuild
+    container), what a cell is expected to keep busy, and where the cell's figure came from."""
+    ext = job.extension
+    assert ext is not None
+    cuda, archs, size = bool(job.cuda), walltime.arch_count(job.arch_list), len(ext.cells)
+    if job.executor == "codebuild" and job.compute_type:
+        compute = next(c for c in config.codebuild.compute_types[job.platform] if c.name == job.compute_type)
+        machine = InstanceType(compute.name, compute.arch, compute.vcpus, compute.memory_gib, 0.0)
+        where = f"in one CodeBuild {compute.name} build ({compute.vcpus} vCPUs, {compute.memory_gib:g} GiB)"
+        config = dataclasses.replace(config, reserve_gib=config.codebuild.reserve_gib)
+    else:
+        machine = config.instance_types[job.instance.type]
+        where = f"on one {machine.name} ({machine.vcpus} vCPUs)"
+    slots = walltime.compile_slots(machine, size, cuda, archs, config, cost=cost)
+    threads = f", nvcc --threads {slots.threads}" if cuda else ""
+    busy = walltime.cores_busy(machine, [size], [slots])
+    later = "" if cost.recorded else "; not measured yet: a run records what its cells use, the next plan sizes by it"
+    per_job = cost.gib_per_compiler(cuda, config)[0]
+    memory = f"; memory {compiler_memory.words(per_job)} a compiler ({cost.memory_source})"
+    wheel = f"; a cell wheel ~{cost.wheel_bytes / 1e6:.3g} MB (recorded)" if cost.wheel_bytes is not None else ""
+    return (
+        f"{job.id}: {size} cell(s) {where}, {slots.cells} at a time, MAX_JOBS {slots.jobs}{threads}; "
+        f"expected cores busy {busy:.2f} ({slots.width:g} a cell); {cost.work:.2f} core-h + {cost.serial:.2f} h "
+        f"a cell ({cost.source}){later}{memory}{wheel}"
+    )
+
+
+def sizing_reason(job: Job, cost: CellCost, config: FarmConfig) -> str:
+    """Why an EC2 extension job has the instance type it has (``plan --explain``)."""
+    default = config.extension_instances.get(job.platform, ("",))[0]
+    ext = job.extension
+    assert ext is not None
+    if job.instance.type == default or job.executor != "ec2":
+        return ""
+    slots = walltime.compile_slots(
+        config.instance_types[job.instance.type],
+        len(ext.cells),
+        bool(job.cuda),
+        walltime.arch_count(job.arch_list),
+        config,
+        cost=cost,
+    )
+    if job.instance.vcpus < config.instance_types[default].vcpus:
+        return (
+            f"; instance {job.instance.type}, not {default}: its {len(ext.cells)} cell(s) keep at most "
+            f"{slots.width:g} core(s) busy each ({cost.source}), so the smaller instance takes as long for less"
+        )
+    return (
+        f"; instance {job.instance.type}: the cheapest layout that meets max_wall_hours {job.options.max_wall_hours:g}"
+    )
+
+
+def source_version(source: ExtensionSource) -> str:
+    """The source's own version where its name says it (an sdist ``name-1.2.3.tar.gz``, a tag ``v1.2.3``)."""
+    if source.s3:
+        try:
+            return str(parse_sdist_filename(source.s3.rsplit("/", 1)[-1])[1])
+        except (InvalidSdistFilename, InvalidVersion):
+            pass
+    if source.ref:
+        try:
+            return str(Version(source.ref.removeprefix("v")))
+        except InvalidVersion:
+            pass
+    return "from source"
+
+
+def _job(
+    request: ExtensionRequest,
+    catalog: Catalog,
+    config: FarmConfig,
+    context: StackContext,
+    cuda: str | None,
+    platform: str,
+    cells: tuple[CellSpec, ...],
+    arch_list: str | None,
+    cost: CellCost,
+    chosen: walltime.Option,
+    suffix: str,
+) -> Job:
+    """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type."""
+    pytorch_index = request.torch_index == "pytorch"
+    index_url = TORCH_INDEX.format(variant=variant("cuda" if cuda else "cpu", cuda)) if pytorch_index else None
+    # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs).
+    cells = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in cells)
+    name, source = normalize(request.name), request.source
+    accelerator = "cuda" if cuda else "cpu"
+    tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
+    label = variant(accelerator, cuda)
+    instance = choose_instance(f"extension-{platform}", chosen.instance.name, request.options.spot, config)
+    slots = walltime.compile_slots(
+        chosen.instance, len(cells), bool(cuda), walltime.arch_count(arch_list), config, cost=cost
+    )
+    scope = buildenv.extension_cache_scope(source)  # one per request: its source's origin
+    per_job, per_thread = cost.gib_per_compiler(bool(cuda), config)  # a recorded peak, or the model
+    env = {
+        **dict(request.build_env),  # the package's own switches; the farm's names below were refused
+        "MAX_JOBS": str(max_jobs(instance, accelerator, config, per_job)),
+        "WF_GIB_PER_COMPILE_JOB": str(per_job),
+        "WF_GIB_PER_NVCC_THREAD": str(per_thread),
+        "WF_RESERVE_GIB": str(config.reserve_gib),
+        "USE_CUDA": buildenv.flag(bool(cuda)),
+        **buildenv.cache_env(context.bucket, context.region, f"ext-{scope}-{tid}", bool(cuda)),
+    }
+    toolkit_libraries: tuple[str, ...] = ()
+    if cuda:
+        # torch's CUDA headers need these at compile time; the user's torch brings them at run time
+        toolkit_libraries = buildenv.toolkit_requirements(catalog.cuda[cuda].requirements, extension=True)
+        env.update({"TORCH_CUDA_ARCH_LIST": arch_list or "", "FORCE_CUDA": "1", "CUDA_VERSION": cuda})
+        env["CUDA_HOME"] = buildenv.CUDA_HOME
+    if platform == "aarch64":
+        env["LDFLAGS"] = buildenv.PAGE_SIZE_FLAG
+    ext = ExtensionSpec(
+        name=name,
+        source_s3=source.s3,
+        source_git=source.git,
+        source_ref=source.ref,
+        subdirectory=source.subdirectory,
+        torch_index_url=index_url,
+        cells=cells,
+        layout=request.layout,
+        require_all_cells=request.require_all_cells,
+        # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
+        label_wheels=request.layout != "per-cell" or request.local_version,
+        parallel_cells=slots.cells,
+        nvcc_threads=slots.threads,
+        cell_wheel_bytes=wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0],
+        cell_wheel_recorded=cost.wheel_bytes is not None,
+        test_command=request.test.command if request.test else (),
+        test_requires=request.test.requires if request.test else (),
+    )
+    pythons = tuple(dict.fromkeys(c.python for c in cells))
+    # The extension's own version (plan shows it), not torch's: the cells name the torch releases.
+    pin = PackagePin(
+        name, source_version(source), source.git or source.s3 or "", source.ref or "", "git", None, pythons
+    )
+    hours = walltime.job_wall(len(cells), cost, slots, config)
+    return Job(
+        id=f"{name}-{tid}{suffix}",
+        kind="extension",
+        target=tid,
+        platform=platform,
+        accelerator=accelerator,
+        cuda=cuda,
+        arch_list=arch_list,
+        variant=label,
+        python=pythons,
+        packages=(pin,),
+        image=buildenv.image_for(platform, cuda, catalog, config, toolkit_libraries),
+        instance=instance,
+        env=env,
+        requirements=(),
+        smoke=SmokeSpec(mpi=False, mkldnn=False, cuda_built=bool(cuda)),
+        options=request.options,
+        estimate=Estimate(round(hours, 2), round(hours * ec2_usd_per_hour(instance, config), 2)),
+        extension=ext,
+    )
