@@ -4,6 +4,7 @@ toolkits/, toolkits/index.json, the cells planned in the same tick; ToolkitAppro
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -103,8 +104,7 @@ def test_manual_approval_holds_the_cells_until_approved(aws: Any, tmp_path: Path
     assert any("awaiting approval: wheelfoundry toolkits approve 13.2 --platform x86_64" in p for p in problems)
     again = run_tick(s3, sfn, fetch, settings(machine, toolkit_approval="manual"), NOW)
     assert again["runs"] == [] and again["toolkits"] == []  # still waiting; no second lock
-    entries, _ = stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))
-    (flipped,) = approve(s3, BUCKET, entries, "13.2", ["x86_64"])
+    (flipped,) = approve(s3, BUCKET, "13.2", ["x86_64"])
     assert flipped.approved and flipped.sha256 == locked["sha256"]
     approved = run_tick(s3, sfn, fetch, settings(machine, toolkit_approval="manual"), NOW)
     (run,) = approved["runs"]
@@ -135,3 +135,62 @@ def test_validate_takes_13_2_only_once_the_stack_has_its_lock(aws: Any, tmp_path
     container = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=True)
     with pytest.raises(RequestInvalid, match=r"container builds use only the build bundle's locks"):
         validate({**event, "name": "r2"}, s3, container, date(2026, 11, 27))
+
+
+def test_an_approval_keeps_what_a_tick_recorded_meanwhile(aws: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """The record is written over the one read (If-Match): a lock recorded between the approval's read and its
+    write stays, and the approval is applied to the record as it is then."""
+    from wheelfoundry.aws import toolkits
+
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    run_tick(s3, sfn, upstream_with_nvidia(tmp_path), settings(machine, toolkit_approval="manual"), NOW)
+    entries, _ = stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))
+    mine = entries["13.2-x86_64"]
+    other = dataclasses.replace(  # a lock another tick records meanwhile
+        mine, key=mine.key.replace("x86_64", "aarch64"), row=dataclasses.replace(mine.row, platforms=("aarch64",))
+    )
+    reads = []
+    real = toolkits.read_tagged
+
+    def racing(s3_: Any, bucket: str) -> Any:
+        found = real(s3_, bucket)
+        if not reads:  # right after the approval's first read, before its write
+            body = stack_toolkits.body({**entries, "13.2-aarch64": other})
+            s3.put_object(Bucket=BUCKET, Key=stack_toolkits.INDEX_KEY, Body=body)
+        reads.append(found[2])
+        return found
+
+    monkeypatch.setattr(toolkits, "read_tagged", racing)
+    (flipped,) = approve(s3, BUCKET, "13.2", ["x86_64"])
+    assert len(reads) == 2 and reads[0] != reads[1]  # the first write was refused, the record read again
+    after, _ = stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))
+    assert after["13.2-x86_64"].approved and flipped.platform == "x86_64"
+    assert "13.2-aarch64" in after and not after["13.2-aarch64"].approved  # the other writer's lock stays
+
+
+def test_a_tick_whose_record_write_keeps_conflicting_plans_nothing_with_the_lock(
+    aws: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from wheelfoundry.aws import toolkits
+
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    attempts: list[Any] = []
+
+    def refused(*args: Any) -> bool:
+        attempts.append(args)
+        return False
+
+    monkeypatch.setattr(toolkits, "write_record", refused)
+    fetch = upstream_with_nvidia(tmp_path)
+    record = run_tick(s3, sfn, fetch, settings(machine), NOW)
+    assert len(attempts) == toolkits.ATTEMPTS and record["runs"] == [] and record["toolkits"] == []
+    assert any("toolkits/index.json changed under this tick 3 times" in p for p in record["problems"])
+    problems = record["subscriptions"]["wf-tiny-ext"]["problems"]
+    assert any(p.startswith("CUDA 13.2: locked as toolkits/cuda-13.2-x86_64-") and "next tick" in p for p in problems)
+    # the lock itself is kept (content-addressed); the next tick records it and plans the cell
+    monkeypatch.undo()
+    again = run_tick(s3, sfn, fetch, settings(machine), NOW)
+    (run,) = again["runs"]
+    assert run["status"] == "started" and run["request"]["cuda"] == ["13.2"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from wheelfoundry_user import EXIT_OK, NotFound
+from wheelfoundry_user import EXIT_OK, NotFound, UserError
 from wheelfoundry_user.farm import Farm, aws_problem
 from wheelfoundry_user.tables import table
 
@@ -58,14 +58,23 @@ def _list(farm: Farm, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def approve(s3: Any, bucket: str, record: Mapping[str, Any], cuda: str, platforms: list[str]) -> list[Any]:
-    """Approve (cuda, platforms) in ``record`` and write it back; the entries approved."""
+def approve(s3: Any, bucket: str, cuda: str, platforms: list[str]) -> list[Any]:
+    """Approve (cuda, platforms) in the record as it is when written (a tick may write it meanwhile, and its new
+    locks stay); the entries approved. UserError where the record kept changing under the write."""
+    from wheelfoundry.aws import toolkits
     from wheelfoundry.toolkits import stack_toolkits
 
-    flipped = stack_toolkits.approve(record, cuda, platforms, datetime.now(UTC).isoformat())
-    if flipped:
-        body = stack_toolkits.body(stack_toolkits.merge(record, flipped))
-        s3.put_object(Bucket=bucket, Key=stack_toolkits.INDEX_KEY, Body=body, ContentType="application/json")
+    flipped: list[Any] = []
+
+    def change(record: dict[str, Any]) -> Mapping[str, Any] | None:
+        flipped[:] = stack_toolkits.approve(record, cuda, platforms, datetime.now(UTC).isoformat())
+        return stack_toolkits.merge(record, flipped) if flipped else None
+
+    _, written = toolkits.update_record(s3, bucket, change)
+    if not written:
+        raise UserError(
+            f"{stack_toolkits.INDEX_KEY} kept changing while it was written (or could not be read): run again"
+        )
     return flipped
 
 
@@ -80,7 +89,7 @@ def _approve(farm: Farm, args: argparse.Namespace) -> int:
         raise NotFound(f"no unapproved CUDA {args.cuda} lock{' for ' + args.platform if args.platform else ''}; "
                        f"the stack's locks: {known or 'none'}")  # fmt: skip
     try:
-        flipped = approve(farm.client("s3"), farm.bucket, record, args.cuda, platforms)
+        flipped = approve(farm.client("s3"), farm.bucket, args.cuda, platforms)
     except (ClientError, BotoCoreError) as exc:
         raise aws_problem(exc) from None
     for e in flipped:

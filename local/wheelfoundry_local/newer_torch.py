@@ -5,7 +5,7 @@ The embedded stack is deployed fresh for each run, so its watcher has never tick
 with "torch X.Y is not in the compatibility catalog". Before the run starts, this plays the watcher's part for
 the request's newer torch: the facts and toolkit locks derived from upstream exactly as the watcher derives
 them (wheelfoundry_cli.newer_torch, the code `wheelfoundry plan` uses), written where the watcher writes them
-(aws.watch.write_derived, aws.toolkits.put_lock / write_record), so Validate and the builds read them as on AWS.
+(aws.watch.write_derived, aws.toolkits.put_lock / update_record), so Validate and the builds read them as on AWS.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from wheelfoundry.aws.watch import Fetch, Sources, urllib_fetch, write_derived
 from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.toolkits import stack_toolkits
 
 UPSTREAM = Sources()  # PyPI and PyTorch's index, as the stack's watcher reads them by default
 
@@ -44,7 +45,10 @@ def seed(
         toolkits.put_lock(s3, bucket, entry.key, entry.sha256, body)
         out(f"toolkit lock for the embedded stack: CUDA {entry.cuda} {entry.platform} {entry.key}")
     if found.locks:  # after the locks: the record never names a key not yet there
-        toolkits.write_record(s3, bucket, found.record)
+        entries = [entry for entry, _ in found.locks]
+        _, written = toolkits.update_record(s3, bucket, lambda current: stack_toolkits.merge(current, entries))
+        if not written:
+            raise ValueError(f"{stack_toolkits.INDEX_KEY} changed while it was written: run again")
     write_derived(s3, bucket, found.derived)
     out(f"torch {', '.join(d.torch for d in found.derived)} is newer than the catalog: facts from {found.where}")
     return True

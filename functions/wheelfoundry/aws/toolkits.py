@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -26,17 +26,28 @@ from wheelfoundry.watch.watcher import Stack, Upstream, toolkits_needed
 WRITER = "the WheelFoundry watcher (wheelfoundry.aws.toolkits, as tools/lock_cuda.py wheels)"
 Get = toolkit_lock.Get
 NOT_READ = f"{INDEX_KEY} not read"  # the record exists but could not be read (not: it was never written)
+CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3: the record changed since it was read
+ATTEMPTS = 3
 
 
 def read_record(s3: Any, bucket: str) -> tuple[dict[str, StackToolkit], list[str]]:
     """The record's valid entries and what was ignored; none where it was never written."""
+    record, problems, _ = read_tagged(s3, bucket)
+    return record, problems
+
+
+def read_tagged(s3: Any, bucket: str) -> tuple[dict[str, StackToolkit], list[str], str | None]:
+    """read_record, and the ETag a conditional write of it names (None: never written)."""
     try:
-        body = s3.get_object(Bucket=bucket, Key=INDEX_KEY)["Body"].read()
+        obj = s3.get_object(Bucket=bucket, Key=INDEX_KEY)
+        body = obj["Body"].read()
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-            return {}, []
-        return {}, [f"{NOT_READ} ({exc}): the stack's toolkits are not used this time"]
-    return stack_toolkits.parse(body)
+            return {}, [], None
+        return {}, [f"{NOT_READ} ({exc}): the stack's toolkits are not used this time"], None
+    record, problems = stack_toolkits.parse(body)
+    etag = obj.get("ETag")  # S3 always answers one; a reader that only reads may not need it
+    return record, problems, str(etag) if etag else None
 
 
 def put_lock(s3: Any, bucket: str, key: str, sha256: str, body: bytes) -> None:
@@ -49,8 +60,37 @@ def put_lock(s3: Any, bucket: str, key: str, sha256: str, body: bytes) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/toml", Metadata={"sha256": sha256})
 
 
-def write_record(s3: Any, bucket: str, record: Mapping[str, StackToolkit]) -> None:
-    s3.put_object(Bucket=bucket, Key=INDEX_KEY, Body=stack_toolkits.body(record), ContentType="application/json")
+def write_record(s3: Any, bucket: str, record: Mapping[str, StackToolkit], etag: str | None) -> bool:
+    """Write the record over the one read as ``etag`` (None: over none); False where another writer (a tick, an
+    approval) wrote it since, so nothing of theirs is lost: the caller reads it again."""
+    condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    try:
+        s3.put_object(
+            Bucket=bucket, Key=INDEX_KEY, Body=stack_toolkits.body(record), ContentType="application/json", **condition
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in CONFLICT:
+            return False
+        raise
+    return True
+
+
+def update_record(
+    s3: Any, bucket: str, change: Callable[[dict[str, StackToolkit]], Mapping[str, StackToolkit] | None]
+) -> tuple[dict[str, StackToolkit], bool]:
+    """Read, change and conditionally write the record, again on a conflict (ATTEMPTS in all): (the record as
+    written or last read, whether it was written). ``change`` returns None where there is nothing to write."""
+    record: dict[str, StackToolkit] = {}
+    for _ in range(ATTEMPTS):
+        record, problems, etag = read_tagged(s3, bucket)
+        if any(p.startswith(NOT_READ) for p in problems):  # never written over unread entries and approvals
+            return record, False
+        changed = change(record)
+        if changed is None:
+            return record, True
+        if write_record(s3, bucket, changed, etag):
+            return dict(changed), True
+    return record, False
 
 
 def with_record(
@@ -145,7 +185,20 @@ def learn(
     if resolved and not settings.dry_run:
         for entry, body in resolved:
             put_lock(s3, settings.bucket, entry.key, entry.sha256, body)
-        write_record(s3, settings.bucket, merged)  # after the locks: the record never names a key not yet there
+        # After the locks (the record never names a key not yet there), over the record as it is now: an approval
+        # or another tick may have written it since it was read, and theirs stays.
+        latest, written = update_record(
+            s3, settings.bucket, lambda current: stack_toolkits.merge(current, [e for e, _ in resolved])
+        )
+        if not written:
+            why = f"{INDEX_KEY} changed under this tick {ATTEMPTS} times"
+            problems.append(f"{why}: its new locks are recorded next tick")
+            waits = {
+                f"{e.cuda}-{e.platform}": f"CUDA {e.cuda}: locked as {e.key}, but {why}: next tick" for e, _ in resolved
+            }
+            return with_record(base, base.locks, record, waits), [], problems
+        failed = {k: v for k, v in stack.notes.items() if k not in stack_toolkits.waiting(merged)}
+        stack = with_record(base, base.locks, latest, failed)
     return stack, [e for e, _ in resolved], problems
 
 
