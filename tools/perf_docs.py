@@ -55,6 +55,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "release day's plan: a torch newer than the catalog for two real subscriptions, every variant and Python",
         "bench/release_day_plan.py",
     ),
+    "abi_plans": (
+        "one wheel for every torch: torch 2.10-2.15 built per torch minor, or once on the stable ABI",
+        "bench/abi_plans.py",
+    ),
     "unit_costs": (
         "one compile of each C++ and CUDA unit the tests build, and of each torch header they choose between",
         "bench/unit_costs.py",
