@@ -59,6 +59,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "one wheel for every torch: torch 2.10-2.15 built per torch minor, or once on the stable ABI",
         "bench/abi_plans.py",
     ),
+    "gpu_check_stable": (
+        "a stable-ABI wheel's CUDA kernel on a GPU under a torch minor other than the one it was built with",
+        "bench/gpu_check_stable.py build; then check WHEEL on the GPU machine",
+    ),
     "unit_costs": (
         "one compile of each C++ and CUDA unit the tests build, and of each torch header they choose between",
         "bench/unit_costs.py",

@@ -1,0 +1,109 @@
+"""A stable-ABI wheel's CUDA kernel on a real GPU under a torch minor other than the one it was built with (issue 66).
+
+    .venv/bin/python bench/gpu_check_stable.py build [--out DIR]      # here: no GPU needed
+    python bench/gpu_check_stable.py check WHEEL [--json FILE]        # on the GPU machine, in its torch's venv
+
+``build`` compiles tests/fixtures/stable_cuda_ext (a CPU op and a CUDA kernel, TORCH_TARGET_VERSION 2.10,
+limited Python API) in a cell's build environment the farm made (wfbuild.envs; the heavy tests' CUDA cells
+leave one in the cache: torch 2.14.1, PyPI's CUDA 13.0 build, with NVIDIA's libraries), with nvcc from the
+repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90. It reads the wheel as the farm's abi stage does
+(wfbuild.wheels.abi: stable or per-torch, and the floor) and writes the wheel and that record into --out.
+``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
+interpreter has (the GPU machine's torch 2.11.0+cu130), runs scale_add on the GPU and on the CPU against
+torch's own arithmetic, and prints and writes what ran where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "stable_cuda_ext"
+
+
+def cuda_env(cache: Path) -> Path:
+    """A cell's build environment the farm made and cached (wfbuild.envs) whose torch is a CUDA build."""
+    for ready in sorted((cache / "envs").glob("*/.wf-ready")):
+        env = ready.parent
+        if any(env.glob("lib/python3*/site-packages/nvidia_cuda_runtime-13*")):
+            return env
+    raise SystemExit(f"no CUDA 13 build environment under {cache / 'envs'}: run a CUDA cell first, or name --env")
+
+
+def build(out: Path, env_dir: Path | None) -> int:
+    sys.path.insert(0, str(ROOT / "buildspecs"))
+    from wfbuild.cuda import toolkit
+
+    cache = Path(os.environ.get("WF_CACHE_DIR") or Path.home() / ".cache" / "wheelfoundry")
+    env_dir = env_dir or cuda_env(cache)
+    python = str(env_dir / "bin" / "python")
+    torch = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    cuda_home = toolkit.ensure(ROOT / "buildspecs", "13.0", "x86_64", [], cache)
+    env = {**toolkit.stage_env(os.environ, cuda_home), "TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "2"}
+    with tempfile.TemporaryDirectory(prefix="wf-stable-") as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(FIXTURE, src)
+        argv = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out), str(src)]
+        subprocess.run(argv, check=True, env=env)
+        (built,) = out.glob("wf_stable_cuda-*.whl")
+        # The farm's own reading of a cell (its abi stage): stable or per-torch, the floor, the deciding symbols
+        reading = [sys.executable, "-m", "wfbuild.wheels.abi", "--in-dir", str(out), "--cell", "stable-sm90"]
+        reading += ["--torch-version", torch.stdout.strip().split("+")[0], "--env-dir", str(env_dir)]
+        reading += ["--out", str(out / "abi.json"), "--src", str(src)]
+        subprocess.run(reading, check=True, env={**env, "PYTHONPATH": str(ROOT / "buildspecs")})
+    print(f"built {built.name} against torch {torch.stdout.strip()} ({env_dir}), nvcc from {cuda_home.name}, sm_90")
+    return 0
+
+
+def check(wheel: Path, report: Path | None) -> int:
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="wf-stable-check-") as tmp:
+        zipfile.ZipFile(wheel).extractall(tmp)
+        sys.path.insert(0, tmp)
+        import wf_stable_cuda
+
+        a = torch.arange(1 << 20, dtype=torch.float32) / 7
+        b = torch.full_like(a, 0.5)
+        found: dict[str, Any] = {"wheel": wheel.name, "torch": torch.__version__, "cuda": torch.version.cuda}
+        found["cpu_equal"] = bool(torch.equal(wf_stable_cuda.scale_add(a, b, 3.0), a * 3.0 + b))
+        if torch.cuda.is_available():
+            got = wf_stable_cuda.scale_add(a.cuda(), b.cuda(), 3.0)
+            torch.cuda.synchronize()
+            found |= {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0))}
+            found["gpu_on_device"] = got.device.type
+            found["gpu_max_abs_error"] = float((got.cpu() - (a * 3.0 + b)).abs().max())
+    print(json.dumps(found, indent=1))
+    if report:
+        report.write_text(json.dumps(found, indent=1) + "\n")
+    ok = found["cpu_equal"] and found.get("gpu_max_abs_error", 1.0) <= 1e-5
+    return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    building = sub.add_parser("build")
+    building.add_argument("--out", type=Path, default=ROOT / ".bench-wheels" / "stable")
+    building.add_argument("--env", type=Path, help="a build environment with a CUDA 13 torch (default: a cached one)")
+    checking = sub.add_parser("check")
+    checking.add_argument("wheel", type=Path)
+    checking.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.command == "build":
+        args.out.mkdir(parents=True, exist_ok=True)
+        return build(args.out, args.env)
+    return check(args.wheel, args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
