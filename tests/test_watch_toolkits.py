@@ -135,6 +135,12 @@ def test_validate_takes_13_2_only_once_the_stack_has_its_lock(aws: Any, tmp_path
     container = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=True)
     with pytest.raises(RequestInvalid, match=r"container builds use only the build bundle's locks"):
         validate({**event, "name": "r2"}, s3, container, date(2026, 11, 27))
+    # a request that also names aarch64 (no 13.2 build of torch 2.15 there) is refused, naming it, before any launch
+    both = {**event, "name": "r3", "request": {**REQUEST, "platforms": ["x86_64", "aarch64"]}}
+    with pytest.raises(RequestInvalid) as refused:
+        validate(both, s3, checks, date(2026, 11, 27))
+    assert any("13.2" in str(i) and "aarch64" in str(i) for i in refused.value.issues), refused.value.issues
+    assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/r3/").get("Contents")
 
 
 def test_an_approval_keeps_what_a_tick_recorded_meanwhile(aws: Any, tmp_path: Path, monkeypatch: Any) -> None:
