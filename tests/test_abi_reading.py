@@ -112,6 +112,41 @@ def test_the_same_with_an_at_call_is_per_torch_naming_the_symbol(wheels: dict[st
     assert abi_lines.lines({"job-1": {"abi": {"c1": record}}})[1].startswith("  job-1: per-torch: csrc.so")
 
 
+def _required(wheel: Path, oldest: str, out: Path) -> int:
+    argv = ["--in-dir", str(wheel.parent), "--cell", "c1", "--torch-version", torch.__version__]
+    return abi.main(
+        [*argv, "--env-dir", str(ENV), "--src", str(FIXTURE), "--out", str(out), "--require-stable", oldest]
+    )
+
+
+def test_abi_stable_refuses_a_per_torch_file_naming_the_symbol(
+    wheels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _required(wheels["stable"], "2.10", tmp_path / "ok.json") == 0
+    assert "REFUSED" not in capsys.readouterr().err
+    assert _required(wheels["slip"], "2.10", tmp_path / "slip.json") == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    named = "at::get_num_threads()" if DEMANGLED else "_ZN2at15get_num_threadsEv"
+    assert line.startswith(f"abi: cell c1: REFUSED for abi: stable: {SO} is per-torch: it imports ")
+    assert named in json.loads((tmp_path / "slip.json").read_text())["files"][SO]["torch_symbols"]
+    assert line.endswith("(2 such symbols)")
+
+
+def test_abi_stable_refuses_a_floor_above_the_oldest_torch_naming_the_shim(
+    wheels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _required(wheels["stable"], "2.9", tmp_path / "old.json") == 1  # its target is 2.10
+    wanted = f"{SO} needs torch >= 2.10 (shim torch_call_dispatcher, torch_library_impl), above the oldest torch"
+    assert capsys.readouterr().err.strip() == f"abi: cell c1: REFUSED for abi: stable: {wanted} in range, 2.9"
+    table = shims.versions(TORCH / "include")  # torch_from_blob came with 2.11
+    file = abi.classify({"torch_from_blob", "torch_call_dispatcher"}, set(), table, "2.10")
+    record = {"target": "2.10", "files": {"ext.so": file}}
+    assert abi.refusals(record, "2.10") == [
+        "ext.so needs torch >= 2.11 (shim torch_from_blob), above the oldest torch in range, 2.10"
+    ]
+    assert abi.refusals(record, "2.11") == []
+
+
 def test_the_target_comes_from_the_flags_else_the_cells_torch(tmp_path: Path) -> None:
     flags = {"CXXFLAGS": "-O2 -DTORCH_TARGET_VERSION=0x020b000000000000"}
     assert abi.target_of("2.13.0", None, flags) == ("2.11", "TORCH_TARGET_VERSION in $CXXFLAGS")

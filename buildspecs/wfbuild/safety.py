@@ -18,6 +18,7 @@ S3_PREFIX = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+
 S3_URL = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9._/-]+\.(tar\.gz|tgz|zip)$")
 ARCH_LIST = re.compile(r"^[0-9]{1,2}\.[0-9][af]?(\+PTX)?([; ][0-9]{1,2}\.[0-9][af]?(\+PTX)?)*$")
 PYTHON = re.compile(r"^3\.[0-9]{1,2}$")
+MINOR = re.compile(r"^[0-9]{1,2}\.[0-9]{1,3}$")  # a torch release X.Y
 CUDA = re.compile(r"^[0-9]{2}\.[0-9]$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SUBDIR = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")

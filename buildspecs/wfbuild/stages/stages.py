@@ -208,25 +208,30 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
         build = Stage(
             f"build-{cid}", p.script("build-library.sh"), env, name, python, False, needs=(env_stage.name,), group=cid
         )
-        stages += [env_stage, build, _abi(p, cell, name, src, build.name)]
-        built = build.name
+        abi = _abi(p, cell, name, src, build.name, job["extension"])
+        stages += [env_stage, build, abi]
+        # abi "stable": the reading is a gate, nothing of a refused cell is repaired, tested or published
+        built = abi.name if job["extension"].get("abi") == "stable" else build.name
         if job.get("cuda"):  # the device code is read before anything of the cell is repaired, tested or published
-            check = _device_code(p, job, cell, name, src, build.name)
+            check = _device_code(p, job, cell, name, src, built)
             stages.append(check)
             built = check.name
         stages += _post(p, job, name, python, built, False, cell)
     return stages
 
 
-def _abi(p: Paths, cell: dict[str, Any], name: str, src: str, built: str) -> Stage:
+def _abi(p: Paths, cell: dict[str, Any], name: str, src: str, built: str, ext: dict[str, Any]) -> Stage:
     """wfbuild.wheels.abi: what the cell's compiled files import (stable ABI or per-torch, the floor), recorded under
-    meta/abi/ for the manifest; it refuses nothing, so the cell's later stages do not wait on it."""
+    meta/abi/ for the manifest. It refuses nothing, so the cell's later stages do not wait on it, unless the
+    request says ``abi: stable``: then it refuses a per-torch file or a floor above the request's oldest torch."""
     cid, key = cell["id"], cell_key(cell)
     argv = tool(
         "wheels.abi",
         *("--in-dir", f"{p.raw(name, cell['python'])}/{key}", "--cell", cid, "--torch-version", key[len("torch") :]),
         *("--env-dir", _cell_env(p, cell), "--out", f"{p.work}/meta/abi/{cid}.json", "--src", src),
     )
+    if ext.get("abi") == "stable":  # refused unless stable, with a floor no newer than the request's oldest torch
+        argv += ["--require-stable", safety.check(safety.MINOR, ext.get("abi_oldest") or "", "abi_oldest")]
     return Stage(f"abi-{cid}", argv, {}, name, cell["python"], False, needs=(built,), group=cid, offline=True)
 
 

@@ -13,7 +13,9 @@ method binds to torch's layout too). Its C-shim imports (``aoti_torch_*``, ``tor
 stable headers then compile code for that torch's ABI. A file that defines ``PyInit_<name>`` is a Python
 extension module whatever its suffix. The record (per file: stable, floor, extension module, and the
 symbols that decided it, at most five per reason) goes to the manifest, the provenance and ``status``.
-Nothing is refused here: the job records what it built, and exits 0 unless it cannot read the wheels.
+It exits 0 unless it cannot read the wheels, or ``--require-stable OLDEST`` is given (a request's
+``abi: stable``, OLDEST its oldest torch) and a file is per-torch or its floor is above OLDEST: then the
+cell is refused, naming the file and the symbol or shim (:func:`refusals`).
 """
 
 from __future__ import annotations
@@ -181,6 +183,21 @@ def record(
     }
 
 
+def refusals(rec: Mapping[str, Any], oldest: str) -> list[str]:
+    """Why a cell's wheels may not be published as one wheel for torch >= ``oldest`` (X.Y): each file bound to
+    the torch it was built with (its first libtorch C++ symbol), or whose floor is above ``oldest`` (the shims
+    that raised it, or the package's target)."""
+    found = []
+    for name, file in sorted(rec["files"].items()):
+        if not file["stable"]:
+            symbol = file["torch_symbols"][0] if file["torch_symbols"] else "a libtorch C++ symbol"
+            found.append(f"{name} is per-torch: it imports {symbol} ({file['torch_symbols_count']} such symbols)")
+        elif file["uses_torch"] and shims.version_key(file["floor"]) > shims.version_key(oldest):
+            why = f"shim {', '.join(file['floor_symbols'])}" if file["floor_symbols"] else f"target {rec['target']}"
+            found.append(f"{name} needs torch >= {file['floor']} ({why}), above the oldest torch in range, {oldest}")
+    return found
+
+
 def summary(rec: Mapping[str, Any]) -> str:
     """One line: ``stable, floor torch 2.11 (torch_from_blob)`` or ``per-torch: _C.so imports at::...``."""
     files = rec.get("files") or {}
@@ -204,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-dir", type=Path, help="the cell's build env: its torch's shim headers")
     parser.add_argument("--out", type=Path, required=True, help="the cell's record (JSON)")
     parser.add_argument("--src", type=Path, help="the package's source: its TORCH_TARGET_VERSION, if set")
+    parser.add_argument("--require-stable", metavar="OLDEST", help="refuse unless stable with a floor <= OLDEST")
     args = parser.parse_args(argv)
     wheels = sorted(args.in_dir.glob("*.whl"))
     include = shims.include_dir(args.env_dir) if args.env_dir else None
@@ -220,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         kind = f"extension module {file['extension_module']}" if file["extension_module"] else "library"
         verdict = f"stable, floor {file['floor']}" if file["stable"] else "per-torch"
         print(f"abi: {name} ({kind}): {verdict} {file['torch_symbols'] or file['floor_symbols'] or ''}".rstrip())
-    return 0
+    refused = refusals(rec, args.require_stable) if args.require_stable else []
+    for why in refused:
+        print(f"abi: cell {args.cell}: REFUSED for abi: stable: {why}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":

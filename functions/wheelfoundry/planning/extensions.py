@@ -71,6 +71,13 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
     return tuple(cells)
 
 
+def oldest_minor(request: ExtensionRequest, catalog: Catalog) -> str:
+    """The oldest torch (X.Y) of the request's range: a stable wheel's floor may not be above it."""
+    versions = [Version(resolve_version(spec, catalog).torch_version or spec) for spec in request.torch]
+    oldest = min(versions)
+    return f"{oldest.major}.{oldest.minor}"
+
+
 def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, platform: str) -> str:
     """x86_64: the toolkit's list; aarch64: the list upstream used there (the newest cell's release)."""
     if platform != "aarch64":
@@ -281,6 +288,8 @@ def _job(
         cell_wheel_recorded=cost.wheel_bytes is not None,
         test_command=request.test.command if request.test else (),
         test_requires=request.test.requires if request.test else (),
+        abi=request.abi,
+        abi_oldest=oldest_minor(request, catalog) if request.abi == "stable" else None,
     )
     pythons = tuple(dict.fromkeys(c.python for c in cells))
     # The extension's own version (plan shows it), not torch's: the cells name the torch releases.

@@ -121,6 +121,10 @@ class ExtensionSpec:
     # The package's own tests (request "test"), run by the test jobs against the published wheel.
     test_command: tuple[str, ...] = ()
     test_requires: tuple[str, ...] = ()
+    # abi "stable": each cell's abi stage refuses it unless its files are stable with a floor <= abi_oldest,
+    # the oldest torch (X.Y) of the request (wfbuild.wheels.abi.refusals)
+    abi: Literal["auto", "per-torch", "stable"] = "auto"
+    abi_oldest: str | None = None
 
 
 @dataclass(frozen=True)

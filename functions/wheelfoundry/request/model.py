@@ -137,6 +137,7 @@ class ExtensionRequest:
     build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted: the package's own build switches
     # cells of the matrix left out (wheelfoundry.request.exclusions): each entry's sorted (key, value) pairs
     exclude: tuple[tuple[tuple[str, str], ...], ...] = ()
+    abi: Literal["auto", "per-torch", "stable"] = "auto"  # stable: a cell whose files are not is refused
 
 
 Request = BuildRequest | ExtensionRequest

@@ -102,6 +102,7 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
             test=_test(data.get("test")),
             build_env=tuple(sorted(data["build_env"].items())),
             exclude=exclusions.parse(data.get("exclude")),
+            abi=data.get("abi", "auto"),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()
     targets = tuple(

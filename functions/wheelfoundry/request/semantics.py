@@ -32,6 +32,11 @@ FARM_ENV_NAMES = frozenset(
 )  # fmt: skip
 
 
+STABLE_ABI_FROM = (
+    "2.10"  # torch/csrc/stable and the versioned C shims (pytorch docs/source/notes/libtorch_stable_abi.md)
+)
+
+
 def farm_owned(name: str) -> bool:
     """Whether a build_env name is one the farm sets or relies on (refused in a request)."""
     upper = name.upper()
@@ -210,6 +215,15 @@ def _check_toolkits(data: Mapping[str, Any], resolved: list[Resolved], catalog: 
     return issues
 
 
+def _check_abi(data: Mapping[str, Any], resolved: list[Resolved]) -> list[Issue]:
+    """``abi: stable`` needs LibTorch's stable ABI, which begins with torch 2.10."""
+    if data.get("abi") != "stable":
+        return []
+    before = [r.spec for r in resolved if r.torch_version and Version(r.torch_version) < Version(STABLE_ABI_FROM)]
+    why = f"LibTorch's stable ABI begins with torch {STABLE_ABI_FROM}; the request also names torch {', '.join(before)}"
+    return [Issue("abi", why, "stable", ("auto", "per-torch"))] if before else []
+
+
 def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) -> list[Issue]:
     issues: list[Issue] = _check_build_env(data.get("build_env"))
     resolved: list[Resolved] = []
@@ -227,6 +241,7 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
             issues.append(Issue(where, f"{spec!r} is torch {found.torch_version} again (as {twin.spec!r})", spec))
             continue
         resolved.append(found)
+    issues += _check_abi(data, resolved)
     left_out = exclusions.parse(data.get("exclude"))
     issues += _check_exclude(data, skip)
     for r in resolved:

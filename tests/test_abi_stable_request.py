@@ -1,0 +1,63 @@
+"""A request's ``abi: stable`` (issue 66): refused at Validate for a torch range older than the stable ABI, and
+carried into each cell's contract, where the abi stage becomes the gate the cell's repair, smoke and publish
+wait on (the refusal itself, naming the file and the symbol or shim: tests/test_abi_reading.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wfbuild.stages.stages import render_stages
+from wheelfoundry.catalog.catalog import load_catalog
+from wheelfoundry.config import load_config
+from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.planning.planning import plan_request
+from wheelfoundry.request.request import parse_request
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = json.loads((ROOT / "examples" / "requests" / "extension-cuda-12.4.json").read_text())
+
+
+def _stages(abi: str, cuda: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    raw = {**BASE, "torch": ["2.12", "2.10"], "cuda": [cuda], "python": ["3.12"], "abi": abi}
+    if cuda == "cpu":
+        del raw["arch_list"]
+    plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
+    (job,) = plan.jobs
+    contract = job.to_dict()
+    return contract, {s.name: s for s in render_stages(contract)}
+
+
+def test_stable_is_refused_for_a_torch_before_the_stable_abi() -> None:
+    raw = {**BASE, "torch": ["2.9", "2.10"], "abi": "stable"}
+    with pytest.raises(RequestInvalid) as refused:
+        parse_request(raw, load_catalog(), load_config())
+    (issue,) = [i for i in refused.value.issues if i.path == "abi"]  # (torch 2.9 has no CUDA 12.4 either)
+    assert (issue.value, issue.allowed) == ("stable", ("auto", "per-torch"))
+    assert "begins with torch 2.10; the request also names torch 2.9" in issue.message
+    with pytest.raises(RequestInvalid, match="abi"):
+        parse_request({**raw, "abi": "always"}, load_catalog(), load_config())  # the schema's enum
+
+
+@pytest.mark.parametrize("cuda", ["cpu", "12.6"])
+def test_stable_makes_the_abi_reading_the_gate_of_each_cell(cuda: str) -> None:
+    contract, stages = _stages("stable", cuda)
+    assert contract["extension"]["abi"] == "stable" and contract["extension"]["abi_oldest"] == "2.10"
+    cell = next(c["id"] for c in contract["extension"]["cells"] if c["id"].startswith("torch2.12"))
+    abi = stages[f"abi-{cell}"]
+    assert abi.argv[abi.argv.index("--require-stable") + 1] == "2.10"  # the oldest torch, not the cell's own
+    after = stages[f"devicecode-{cell}"] if cuda != "cpu" else stages[f"repair-{cell}"]
+    assert after.needs == (abi.name,)
+    if cuda != "cpu":
+        assert stages[f"repair-{cell}"].needs == (f"devicecode-{cell}",)
+
+
+def test_auto_keeps_the_reading_a_record_nothing_waits_on() -> None:
+    contract, stages = _stages("auto", "cpu")
+    assert contract["extension"]["abi"] == "auto" and contract["extension"]["abi_oldest"] is None
+    cell = contract["extension"]["cells"][0]["id"]
+    assert "--require-stable" not in stages[f"abi-{cell}"].argv
+    assert stages[f"repair-{cell}"].needs == (f"build-{cell}",)
