@@ -128,3 +128,13 @@ def test_a_pinned_release_missing_from_pypi_is_a_problem_not_a_run() -> None:
     result = run_tick([subscription(source={"pypi": "9.9.9"})])
     assert result.starts == []
     assert result.outcomes[0].problems[-1].startswith("torch-scatter 9.9.9: no such sdist on PyPI (newest:")
+
+
+def test_a_subscription_s_abi_reaches_the_run_it_starts() -> None:
+    """``abi: stable`` in a subscription is passed on: the run's Validate refuses what the range cannot take,
+    and each cell's abi stage becomes its gate (tests/test_abi_stable_request.py)."""
+    result = run_tick([subscription(abi="stable")], everything_but("2.15.0"))
+    (start,) = result.starts
+    assert start.request["abi"] == "stable"
+    plain = run_tick([subscription()], everything_but("2.15.0"))
+    assert "abi" not in plain.starts[0].request  # unset: the request's default (auto)

@@ -31,7 +31,10 @@ from wheelfoundry.request.request import load_schema, parse_request, shape_issue
 PREFIX = "subscriptions/"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # the schema's name pattern
 # The extension request's fields a subscription passes on to every request it starts, as it states them.
-PASSED_ON = ("arch_list", "build_env", "test", "torch_index", "local_version", "layout", "require_all_cells", "options")
+PASSED_ON = (
+    *("arch_list", "build_env", "test", "torch_index", "local_version", "layout", "abi", "require_all_cells"),
+    "options",
+)
 
 
 @cache
