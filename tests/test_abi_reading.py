@@ -127,7 +127,7 @@ def test_abi_stable_refuses_a_per_torch_file_naming_the_symbol(
     assert _required(wheels["slip"], "2.10", tmp_path / "slip.json") == 1
     (line,) = capsys.readouterr().err.splitlines()
     named = "at::get_num_threads()" if DEMANGLED else "_ZN2at15get_num_threadsEv"
-    assert line.startswith(f"abi: cell c1: REFUSED for abi: stable: {SO} is per-torch: it imports ")
+    assert line.startswith(f"ABI REFUSED: cell c1 (the request's abi: stable): {SO} is per-torch: it imports ")
     assert named in json.loads((tmp_path / "slip.json").read_text())["files"][SO]["torch_symbols"]
     assert line.endswith("(2 such symbols)")
 
@@ -137,14 +137,30 @@ def test_abi_stable_refuses_a_floor_above_the_oldest_torch_naming_the_shim(
 ) -> None:
     assert _required(wheels["stable"], "2.9", tmp_path / "old.json") == 1  # its target is 2.10
     wanted = f"{SO} needs torch >= 2.10 (shim torch_call_dispatcher, torch_library_impl), above the oldest torch"
-    assert capsys.readouterr().err.strip() == f"abi: cell c1: REFUSED for abi: stable: {wanted} in range, 2.9"
+    assert (
+        capsys.readouterr().err.strip() == f"ABI REFUSED: cell c1 (the request's abi: stable): {wanted} in range, 2.9"
+    )
     table = shims.versions(TORCH / "include")  # torch_from_blob came with 2.11
     file = abi.classify({"torch_from_blob", "torch_call_dispatcher"}, set(), table, "2.10")
-    record = {"target": "2.10", "files": {"ext.so": file}}
+    record = {"target": "2.10", "target_from": "TORCH_TARGET_VERSION in setup.py", "shim_table": len(table)}
+    record["files"] = {"ext.so": file}
     assert abi.refusals(record, "2.10") == [
         "ext.so needs torch >= 2.11 (shim torch_from_blob), above the oldest torch in range, 2.10"
     ]
     assert abi.refusals(record, "2.11") == []
+    # no TORCH_TARGET_VERSION: the cell's own torch is the floor, and the refusal says so and how to mend it
+    own = abi.classify({"torch_call_dispatcher"}, set(), table, "2.12")
+    implicit = {"target": "2.12", "target_from": "the cell's torch 2.12.0 (no TORCH_TARGET_VERSION found)"}
+    implicit |= {"shim_table": len(table), "files": {"ext.so": own}}
+    (why,) = abi.refusals(implicit, "2.10")
+    assert "needs torch >= 2.12 (the cell's torch 2.12.0 (no TORCH_TARGET_VERSION found))" in why
+    assert why.endswith("build with -DTORCH_TARGET_VERSION=0x020a000000000000 (torch 2.10)")
+    # a floor that cannot be checked is no pass: headers not read, or a shim they do not declare
+    assert "floor is unknown" in abi.refusals({**record, "shim_table": 0}, "2.11")[0]
+    odd = abi.classify({"torch_from_the_future"}, set(), table, "2.10")
+    assert abi.refusals({**record, "files": {"ext.so": odd}}, "2.11") == [
+        "ext.so calls torch_from_the_future, which the build torch's headers do not declare: its floor is unknown"
+    ]
 
 
 def test_the_target_comes_from_the_flags_else_the_cells_torch(tmp_path: Path) -> None:

@@ -50,6 +50,18 @@ def test_build_fields_validate_would_refuse_are_refused_at_subscribe() -> None:
     assert sample_issues(parse_subscription(SCATTER), load_catalog(), load_config()) == []
 
 
+def test_abi_stable_over_a_range_older_than_the_stable_abi_is_refused_at_subscribe() -> None:
+    """Every new version of the package is requested for each release in range: one before 2.10 would be refused
+    by Validate on every such run, so the subscription is refused first, naming the field and the fix."""
+    (issue,) = sample_issues(
+        parse_subscription({**SCATTER, "torch": ">=2.8", "abi": "stable"}), load_catalog(), load_config()
+    )
+    assert (issue.path, issue.value, issue.allowed) == ("abi", "stable", ("auto", "per-torch"))
+    assert "also admits 2.8, 2.9" in issue.message and issue.message.endswith("narrow torch to >=2.10")
+    fine = parse_subscription({**SCATTER, "torch": ">=2.10", "abi": "stable"})
+    assert sample_issues(fine, load_catalog(), load_config()) == []
+
+
 def test_defaults() -> None:
     sub = parse_subscription({"package": "Torch_Scatter", "source": {"pypi": "latest"}, "torch": ">=2.11"})
     assert (sub.name, sub.cuda, sub.python, sub.platforms, sub.channel) == (

@@ -192,7 +192,10 @@ def test_a_tick_whose_record_write_keeps_conflicting_plans_nothing_with_the_lock
     fetch = upstream_with_nvidia(tmp_path)
     record = run_tick(s3, sfn, fetch, settings(machine), NOW)
     assert len(attempts) == toolkits.ATTEMPTS and record["runs"] == [] and record["toolkits"] == []
-    assert any("toolkits/index.json changed under this tick 3 times" in p for p in record["problems"])
+    assert any(
+        "toolkits/index.json changed under this tick 3 times, or could not be read again" in p
+        for p in record["problems"]
+    )
     problems = record["subscriptions"]["wf-tiny-ext"]["problems"]
     assert any(p.startswith("CUDA 13.2: locked as toolkits/cuda-13.2-x86_64-") and "next tick" in p for p in problems)
     # the lock itself is kept (content-addressed); the next tick records it and plans the cell
@@ -200,3 +203,23 @@ def test_a_tick_whose_record_write_keeps_conflicting_plans_nothing_with_the_lock
     again = run_tick(s3, sfn, fetch, settings(machine), NOW)
     (run,) = again["runs"]
     assert run["status"] == "started" and run["request"]["cuda"] == ["13.2"]
+
+
+def test_a_writer_that_read_before_an_approval_never_undoes_it(aws: Any, tmp_path: Path) -> None:
+    """A tick that read the record before an approval adds only what the record lacks when it writes: the entry
+    it resolved again (unapproved) does not replace the approved one. A record deleted since it was read is a
+    conflict (S3 answers If-Match on a missing key with NoSuchKey), read again, not a crash."""
+    from wheelfoundry.aws import toolkits
+
+    s3, sfn, machine = aws
+    follow_13_2(s3)
+    run_tick(s3, sfn, upstream_with_nvidia(tmp_path), settings(machine, toolkit_approval="manual"), NOW)
+    stale, _ = stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))  # what a slow tick read: unapproved
+    approve(s3, BUCKET, "13.2", ["x86_64"])
+    latest, written = toolkits.update_record(s3, BUCKET, lambda current: stack_toolkits.added(current, stale.values()))
+    assert written and latest["13.2-x86_64"].approved
+    assert stack_toolkits.parse(read(s3, stack_toolkits.INDEX_KEY))[0]["13.2-x86_64"].approved
+    _, _, etag = toolkits.read_tagged(s3, BUCKET)
+    s3.delete_object(Bucket=BUCKET, Key=stack_toolkits.INDEX_KEY)
+    assert toolkits.write_record(s3, BUCKET, stale, etag) is False
+    assert toolkits.write_record(s3, BUCKET, stale, None) is True  # the first write of a record: If-None-Match

@@ -32,7 +32,7 @@ EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")  # a Python trace
 CELL = re.compile(r"^\[[\w.+-]+\] ")
 # Our own verdicts name the wheel, the cell and the check: the best line of all when present.
 VERDICT = re.compile(
-    r"^(PUBLISHED WHEEL FAILED|SMOKE FAILED|DEVICE CODE REFUSED|OUT OF MEMORY): "
+    r"^(PUBLISHED WHEEL FAILED|SMOKE FAILED|DEVICE CODE REFUSED|ABI REFUSED|OUT OF MEMORY): "
 )  # the runner prefixes an extension cell's output with its id
 
 

@@ -94,6 +94,8 @@ def _approve(farm: Farm, args: argparse.Namespace) -> int:
         raise aws_problem(exc) from None
     for e in flipped:
         print(f"approved CUDA {e.cuda} {e.platform}: {e.key} (sha256 {e.sha256}); the next watcher tick builds with it")
+    if not flipped:  # another approval flipped it between this command's read and its write
+        print(f"CUDA {args.cuda}: already approved meanwhile; nothing to do")
     return EXIT_OK
 
 

@@ -46,7 +46,7 @@ def seed(
         out(f"toolkit lock for the embedded stack: CUDA {entry.cuda} {entry.platform} {entry.key}")
     if found.locks:  # after the locks: the record never names a key not yet there
         entries = [entry for entry, _ in found.locks]
-        _, written = toolkits.update_record(s3, bucket, lambda current: stack_toolkits.merge(current, entries))
+        _, written = toolkits.update_record(s3, bucket, lambda current: stack_toolkits.added(current, entries))
         if not written:
             raise ValueError(f"{stack_toolkits.INDEX_KEY} changed while it was written: run again")
     write_derived(s3, bucket, found.derived)

@@ -159,15 +159,19 @@ def test_execution_timeout_kills_the_script(aws: EmbeddedAws, stack: DeployedSta
     terminate(aws, instance_id)
 
 
+def pid_in(path: Path) -> int:
+    """The pid a command's shell wrote: the file is created by its redirection before the number is in it."""
+    wait_for(lambda: path.is_file() and path.read_text().strip().isdigit())
+    return int(path.read_text())
+
+
 @pytest.mark.parametrize("how", ["terminate", "cancel"])
 def test_instance_death_or_cancel_kills_the_process_group(aws: EmbeddedAws, stack: DeployedStack, how: str) -> None:
     instance_id = launch(aws)
     online(aws, instance_id)
     command_id = send(aws, stack, instance_id, Sleep="30")
-    pid_file = instance_root(aws, instance_id) / "child.pid"
-    wait_for(pid_file.exists)
-    script = int((instance_root(aws, instance_id) / "script.pid").read_text())
-    child = int(pid_file.read_text())
+    child = pid_in(instance_root(aws, instance_id) / "child.pid")
+    script = pid_in(instance_root(aws, instance_id) / "script.pid")
     assert alive(script) and alive(child)
     if how == "terminate":
         terminate(aws, instance_id)
@@ -184,8 +188,8 @@ def test_a_command_runs_niced_and_the_log_says_why_the_agent_killed_it(aws: Embe
     instance_id = launch(aws)
     online(aws, instance_id)
     command_id = send(aws, stack, instance_id, Sleep="30")
-    wait_for((instance_root(aws, instance_id) / "child.pid").exists)
-    script = int((instance_root(aws, instance_id) / "script.pid").read_text())
+    pid_in(instance_root(aws, instance_id) / "child.pid")
+    script = pid_in(instance_root(aws, instance_id) / "script.pid")
     nice = int(Path(f"/proc/{script}/stat").read_text().rsplit(")", 1)[1].split()[16])
     assert nice == 10, "an instance's command runs below the embedded AWS, which on AWS it never shares a CPU with"
     terminate(aws, instance_id)

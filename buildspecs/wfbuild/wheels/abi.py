@@ -188,13 +188,23 @@ def refusals(rec: Mapping[str, Any], oldest: str) -> list[str]:
     the torch it was built with (its first libtorch C++ symbol), or whose floor is above ``oldest`` (the shims
     that raised it, or the package's target)."""
     found = []
+    major, minor = (int(part) for part in oldest.split(".")[:2])
+    fix = f"build with -DTORCH_TARGET_VERSION=0x{major:02x}{minor:02x}000000000000 (torch {oldest})"
     for name, file in sorted(rec["files"].items()):
         if not file["stable"]:
             symbol = file["torch_symbols"][0] if file["torch_symbols"] else "a libtorch C++ symbol"
             found.append(f"{name} is per-torch: it imports {symbol} ({file['torch_symbols_count']} such symbols)")
+        elif file["shims"] and not rec.get("shim_table"):  # no versions read: every floor would pass unchecked
+            found.append(f"{name}: the build environment's torch headers were not read, so its floor is unknown")
+        elif file["unknown_shims"]:
+            found.append(f"{name} calls {', '.join(file['unknown_shims'])}, which the build torch's headers do not "
+                         "declare: its floor is unknown")  # fmt: skip
         elif file["uses_torch"] and shims.version_key(file["floor"]) > shims.version_key(oldest):
-            why = f"shim {', '.join(file['floor_symbols'])}" if file["floor_symbols"] else f"target {rec['target']}"
-            found.append(f"{name} needs torch >= {file['floor']} ({why}), above the oldest torch in range, {oldest}")
+            why = f"shim {', '.join(file['floor_symbols'])}" if file["floor_symbols"] else rec["target_from"]
+            found.append(
+                f"{name} needs torch >= {file['floor']} ({why}), above the oldest torch in range, {oldest}"
+                + ("" if file["floor_symbols"] else f": {fix}")
+            )
     return found
 
 
@@ -240,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"abi: {name} ({kind}): {verdict} {file['torch_symbols'] or file['floor_symbols'] or ''}".rstrip())
     refused = refusals(rec, args.require_stable) if args.require_stable else []
     for why in refused:
-        print(f"abi: cell {args.cell}: REFUSED for abi: stable: {why}", file=sys.stderr)
+        print(f"ABI REFUSED: cell {args.cell} (the request's abi: stable): {why}", file=sys.stderr)
     return 1 if refused else 0
 
 

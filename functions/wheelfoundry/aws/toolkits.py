@@ -11,6 +11,8 @@ plans its cells. With ``ToolkitApproval=manual`` the lock is recorded unapproved
 from __future__ import annotations
 
 import dataclasses
+import random
+import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -69,7 +71,8 @@ def write_record(s3: Any, bucket: str, record: Mapping[str, StackToolkit], etag:
             Bucket=bucket, Key=INDEX_KEY, Body=stack_toolkits.body(record), ContentType="application/json", **condition
         )
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in CONFLICT:
+        # NoSuchKey: the record read was deleted since (If-Match names an object that is gone): read it again
+        if exc.response.get("Error", {}).get("Code") in (*CONFLICT, "NoSuchKey"):
             return False
         raise
     return True
@@ -81,7 +84,9 @@ def update_record(
     """Read, change and conditionally write the record, again on a conflict (ATTEMPTS in all): (the record as
     written or last read, whether it was written). ``change`` returns None where there is nothing to write."""
     record: dict[str, StackToolkit] = {}
-    for _ in range(ATTEMPTS):
+    for attempt in range(ATTEMPTS):
+        if attempt:  # another writer is at it: let it finish (jittered, as PublishIndex's turns)
+            time.sleep(random.uniform(0.2, 1.0) * attempt)  # noqa: S311 (a pause, not a secret)
         record, problems, etag = read_tagged(s3, bucket)
         if any(p.startswith(NOT_READ) for p in problems):  # never written over unread entries and approvals
             return record, False
@@ -187,17 +192,14 @@ def learn(
             put_lock(s3, settings.bucket, entry.key, entry.sha256, body)
         # After the locks (the record never names a key not yet there), over the record as it is now: an approval
         # or another tick may have written it since it was read, and theirs stays.
-        latest, written = update_record(
-            s3, settings.bucket, lambda current: stack_toolkits.merge(current, [e for e, _ in resolved])
-        )
+        new = [e for e, _ in resolved]
+        latest, written = update_record(s3, settings.bucket, lambda current: stack_toolkits.added(current, new))
+        failed = {k: v for k, v in stack.notes.items() if k not in stack_toolkits.waiting(merged)}  # not locked
         if not written:
-            why = f"{INDEX_KEY} changed under this tick {ATTEMPTS} times"
+            why = f"{INDEX_KEY} changed under this tick {ATTEMPTS} times, or could not be read again"
             problems.append(f"{why}: its new locks are recorded next tick")
-            waits = {
-                f"{e.cuda}-{e.platform}": f"CUDA {e.cuda}: locked as {e.key}, but {why}: next tick" for e, _ in resolved
-            }
-            return with_record(base, base.locks, record, waits), [], problems
-        failed = {k: v for k, v in stack.notes.items() if k not in stack_toolkits.waiting(merged)}
+            waits = {e.name: f"CUDA {e.cuda}: locked as {e.key}, but {why}: next tick" for e in new}
+            return with_record(base, base.locks, record, {**failed, **waits}), [], problems
         stack = with_record(base, base.locks, latest, failed)
     return stack, [e for e, _ in resolved], problems
 

@@ -221,6 +221,13 @@ def merge(record: Mapping[str, StackToolkit], new: Iterable[StackToolkit]) -> di
     return {**record, **{e.name: e for e in new}}
 
 
+def added(record: Mapping[str, StackToolkit], new: Iterable[StackToolkit]) -> dict[str, StackToolkit] | None:
+    """``record`` with those of ``new`` it does not hold yet (None: it holds them all). A writer that read the
+    record before another wrote it never replaces that writer's entry: an approval stays an approval."""
+    fresh = [e for e in new if e.name not in record]
+    return merge(record, fresh) if fresh else None
+
+
 def approve(record: Mapping[str, StackToolkit], cuda: str, platforms: Iterable[str], now: str) -> list[StackToolkit]:
     """The entries of ``cuda`` on ``platforms`` (each, or every platform it has) approved; [] where none is."""
     wanted = set(platforms)
