@@ -1,7 +1,7 @@
 """A stable-ABI wheel's CUDA kernel on a real GPU under a torch minor other than the one it was built with (issue 66).
 
     .venv/bin/python bench/gpu_check_stable.py build [--out DIR]      # here: no GPU needed
-    python bench/gpu_check_stable.py check WHEEL [--json FILE]        # on the GPU machine, in its torch's venv
+    python bench/gpu_check_stable.py check WHEEL [--json FILE]        # on a host with a GPU, in its torch's venv
 
 ``build`` compiles tests/fixtures/stable_cuda_ext (a CPU op and a CUDA kernel, TORCH_TARGET_VERSION 2.10,
 limited Python API) in a cell's build environment the farm made (wfbuild.envs; the heavy tests' CUDA cells
@@ -9,8 +9,8 @@ leave one in the cache: torch 2.14.1, PyPI's CUDA 13.0 build, with NVIDIA's libr
 repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90. It reads the wheel as the farm's abi stage does
 (wfbuild.wheels.abi: stable or per-torch, and the floor) and writes the wheel and that record into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
-interpreter has (the GPU machine's torch 2.11.0+cu130), runs scale_add on the GPU and on the CPU against
-torch's own arithmetic, and prints and writes what ran where.
+interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
+against torch's own arithmetic, and prints and writes what ran where.
 """
 
 from __future__ import annotations

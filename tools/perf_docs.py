@@ -61,7 +61,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     "gpu_check_stable": (
         "a stable-ABI wheel's CUDA kernel on a GPU under a torch minor other than the one it was built with",
-        "bench/gpu_check_stable.py build; then check WHEEL on the GPU machine",
+        "bench/gpu_check_stable.py build; then check WHEEL on a host with a GPU",
     ),
     "unit_costs": (
         "one compile of each C++ and CUDA unit the tests build, and of each torch header they choose between",
