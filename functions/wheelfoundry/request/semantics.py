@@ -215,12 +215,13 @@ def _check_toolkits(data: Mapping[str, Any], resolved: list[Resolved], catalog: 
     return issues
 
 
-def _check_abi(data: Mapping[str, Any], resolved: list[Resolved]) -> list[Issue]:
-    """``abi: stable`` needs LibTorch's stable ABI, which begins with torch 2.10."""
-    if data.get("abi") != "stable":
+def stable_abi_issues(abi: object, versions: Mapping[str, str], names: str, fix: str = "") -> list[Issue]:
+    """``abi: stable`` over torch releases (label -> version) that include one before LibTorch's stable ABI: the
+    one rule of a request (Validate) and of a subscription's range (subscribe), said in ``names`` words."""
+    if abi != "stable":
         return []
-    before = [r.spec for r in resolved if r.torch_version and Version(r.torch_version) < Version(STABLE_ABI_FROM)]
-    why = f"LibTorch's stable ABI begins with torch {STABLE_ABI_FROM}; the request also names torch {', '.join(before)}"
+    before = [label for label, version in versions.items() if Version(version) < Version(STABLE_ABI_FROM)]
+    why = f"LibTorch's stable ABI begins with torch {STABLE_ABI_FROM}; {names} {', '.join(before)}{fix}"
     return [Issue("abi", why, "stable", ("auto", "per-torch"))] if before else []
 
 
@@ -241,7 +242,8 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
             issues.append(Issue(where, f"{spec!r} is torch {found.torch_version} again (as {twin.spec!r})", spec))
             continue
         resolved.append(found)
-    issues += _check_abi(data, resolved)
+    named = {r.spec: r.torch_version for r in resolved if r.torch_version}
+    issues += stable_abi_issues(data.get("abi"), named, "the request also names torch")
     left_out = exclusions.parse(data.get("exclude"))
     issues += _check_exclude(data, skip)
     for r in resolved:

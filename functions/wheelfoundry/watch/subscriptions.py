@@ -21,14 +21,13 @@ from typing import Any
 import jsonschema
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 from referencing import Registry, Resource
 
 from wheelfoundry.catalog.catalog import Catalog
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue, RequestInvalid, SubscriptionInvalid
 from wheelfoundry.request.request import load_schema, parse_request, shape_issues
-from wheelfoundry.request.semantics import STABLE_ABI_FROM
+from wheelfoundry.request.semantics import STABLE_ABI_FROM, stable_abi_issues
 
 PREFIX = "subscriptions/"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # the schema's name pattern
@@ -148,21 +147,12 @@ def sample_issues(sub: Subscription, catalog: Catalog, config: FarmConfig) -> li
         "channel": sub.channel,
         **sub.passed_on,
     }
-    issues = _abi_range_issues(sub, releases)
+    # a new version of the package is requested for every release in range: one before the stable ABI is refused
+    in_range = {r.torch: r.latest_patch() for r in releases}
+    fix = f": narrow torch to >={STABLE_ABI_FROM}"
+    issues = stable_abi_issues(sub.passed_on.get("abi"), in_range, "the torch range also admits", fix)
     try:
         parse_request(request, catalog, config)
     except RequestInvalid as exc:
         return issues + [i for i in exc.issues if i.path.split("[")[0].split(".")[0] not in ("torch", "cuda", "python")]
     return issues
-
-
-def _abi_range_issues(sub: Subscription, releases: list[Any]) -> list[Issue]:
-    """``abi: stable`` over a range that admits a torch older than the stable ABI: a new version of the package
-    would be requested for every release in range, and refused (Validate's rule, request.semantics)."""
-    if sub.passed_on.get("abi") != "stable":
-        return []
-    older = [r.torch for r in releases if Version(r.latest_patch()) < Version(STABLE_ABI_FROM)]
-    if not older:
-        return []
-    why = f"LibTorch's stable ABI begins with torch {STABLE_ABI_FROM}; the torch range also admits {', '.join(older)}"
-    return [Issue("abi", f"{why}: narrow torch to >={STABLE_ABI_FROM}", "stable", ("auto", "per-torch"))]
