@@ -11,14 +11,13 @@ plans its cells. With ``ToolkitApproval=manual`` the lock is recorded unapproved
 from __future__ import annotations
 
 import dataclasses
-import random
-import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from wheelfoundry.conditional import CONFLICT, jittered
 from wheelfoundry.toolkits import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
 from wheelfoundry.toolkits.stack_toolkits import INDEX_KEY, StackToolkit
 from wheelfoundry.toolkits.toolkit_row import FactsOf, upstream_or_assumed
@@ -28,7 +27,6 @@ from wheelfoundry.watch.watcher import Stack, Upstream, toolkits_needed
 WRITER = "the WheelFoundry watcher (wheelfoundry.aws.toolkits, as tools/lock_cuda.py wheels)"
 Get = toolkit_lock.Get
 NOT_READ = f"{INDEX_KEY} not read"  # the record exists but could not be read (not: it was never written)
-CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3: the record changed since it was read
 ATTEMPTS = 3
 
 
@@ -85,8 +83,8 @@ def update_record(
     written or last read, whether it was written). ``change`` returns None where there is nothing to write."""
     record: dict[str, StackToolkit] = {}
     for attempt in range(ATTEMPTS):
-        if attempt:  # another writer is at it: let it finish (jittered, as PublishIndex's turns)
-            time.sleep(random.uniform(0.2, 1.0) * attempt)  # noqa: S311 (a pause, not a secret)
+        if attempt:  # another writer is at it: let it finish
+            jittered(attempt)
         record, problems, etag = read_tagged(s3, bucket)
         if any(p.startswith(NOT_READ) for p in problems):  # never written over unread entries and approvals
             return record, False

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import re
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from email.parser import BytesHeaderParser
@@ -26,6 +24,7 @@ from botocore.exceptions import ClientError
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from wheelfoundry.conditional import CONFLICT, jittered
 from wheelfoundry.errors import IndexConflict, PublishedNameReused
 from wheelfoundry.publishing import edge as edges
 from wheelfoundry.publishing.index_pages import (
@@ -42,7 +41,6 @@ from wheelfoundry.publishing.provenance import SUFFIX as PROVENANCE_SUFFIX
 __all__ = ["STATE", "YANKED", "IndexFile", "publish_index", "published_sha256", "render_project", "render_root", "scan"]
 
 STATE = ".index-state.json"  # simple/<channel>/.index-state.json: the last publish's listing, and its turn
-CONFLICT = ("PreconditionFailed", "ConditionalRequestConflict")  # S3: the state file changed since it was read
 YANKED = ".yanked"  # wheels/<ch>/<project>/<wheel>.yanked: PEP 592's yank (its body the reason); bytes stay
 VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
@@ -171,16 +169,12 @@ def published_sha256(s3: Any, bucket: str, channel: str) -> dict[str, str]:
     return dict(state.get("published") or {k: w.get("sha256", "") for k, w in (state.get("wheels") or {}).items()})
 
 
-def _jittered(attempt: int) -> None:
-    time.sleep(random.uniform(0, min(5.0, 0.2 * 2**attempt)))  # noqa: S311 (backoff jitter, no secret)
-
-
 def publish_index(
     s3: Any,
     bucket: str,
     channel: str,
     attempts: int = 8,
-    pause: Callable[[int], None] = _jittered,
+    pause: Callable[[int], None] = jittered,
     public: edges.Edge | None = None,
     clients: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
