@@ -49,6 +49,18 @@ def test_an_out_of_memory_verdict_comes_before_the_compilers_complaints() -> Non
     assert line.startswith("OUT OF MEMORY: cell torch2.11.0-cp312-cuda13.0-x86_64: csrc/bwd.cu (cicc)")
 
 
+def test_the_toolkit_stages_line_is_the_cause_not_the_stages_after_it() -> None:
+    why = (
+        "wfbuild.cuda.toolkit: CUDA 13.0 (x86_64): the lock holds no wheels for nvidia-cublas==13.1.0.3; add them "
+        "with `python3 tools/lock_cuda.py wheels 13.0 --platform x86_64`"
+    )
+    log = (
+        "[wfbuild 03:53:49] stage toolkit: python3 -m wfbuild.cuda.toolkit --job meta/job.json --root /cache\n"
+        f"{why}\n[wfbuild 03:53:49] stage toolkit: failed in 0.6s\n[wfbuild 03:53:50] stage manifest: succeeded in 0.3s\n"
+    )
+    assert cause_lines(log) == (why,)
+
+
 def test_without_an_error_line_the_last_line_is_shown() -> None:
     assert cause_lines("step one\nstep two\n") == ("step two",)
 

@@ -79,6 +79,38 @@ def test_the_statement_is_in_toto_v1_with_slsa_v1_provenance() -> None:
     assert details["metadata"]["invocationId"] == RUN["execution"]
 
 
+def test_a_cuda_jobs_toolkit_lock_is_a_dependency_by_the_digest_of_its_bytes() -> None:
+    toolkit = {"cuda": "13.2", "platform": "x86_64", "release": "13.2.2", "lock_sha256": "ef" * 32}
+    cuda_job = {**MANIFEST, "toolchain": {"cuda_toolkit": toolkit}, "run": {"bucket": "wf-bucket"}}
+    key = "toolkits/cuda-13.2-x86_64-0123456789abcdef.toml"
+    watcher = {**cuda_job, "toolkit_lock": {"key": key, "sha256": "ef" * 32}}
+
+    def lock_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        stmt = provenance.statement({"filename": NAME, "sha256": "00" * 32}, REQUEST, {"m": manifest}, BUILDER, RUN)
+        deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
+        return [d for d in deps if d["name"] == "cuda-toolkit-lock"]
+
+    assert lock_of(watcher) == [
+        {"name": "cuda-toolkit-lock", "uri": f"s3://wf-bucket/{key}", "digest": {"sha256": "ef" * 32}}
+    ]
+    (bundled,) = lock_of(cuda_job)
+    assert bundled["uri"] == "bundle:images/scripts/cuda/cuda-13.2-x86_64.toml" and bundled["digest"] == {
+        "sha256": "ef" * 32
+    }
+    assert lock_of(MANIFEST) == []  # a CPU job installs no toolkit
+
+
+def test_a_job_that_fetched_no_source_adds_no_source_dependency() -> None:
+    # a test job's manifest names the package (its contract's pin) but holds no fetched archive or commit
+    tested = {"job_id": "wf-example-ops-test-cp311-x86_64", "sources": {"wf-example-ops": {"repo": SOURCE, "ref": ""}}}
+    manifests = {"runs/r1/jobs/j/manifest.json": MANIFEST, "runs/r1/jobs/t/manifest.json": tested}
+    stmt = provenance.statement({"filename": NAME, "sha256": "00" * 32}, REQUEST, manifests, BUILDER, RUN)
+    deps = stmt["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert [d for d in deps if d["name"] == "wf-example-ops"] == [
+        {"name": "wf-example-ops", "uri": SOURCE, "digest": {"sha256": "ab" * 32}}
+    ]
+
+
 def test_a_good_signature_passes() -> None:
     key = _key()
     verdict = check(NAME, WHEEL, _signed(key), _public(key), source=SOURCE, request=REQUEST)

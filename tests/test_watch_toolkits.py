@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import tomllib
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from wheelfoundry_cli.watch_local import recorded
 
 from tests import test_watch_stack
 from tests.test_watch_stack import BUCKET, NOW, executions, recording, sdist, settings
-from tests.watch_support import RECORDED
+from tests.watch_support import RECORDED, stack_toolkit
 from wheelfoundry.aws.runs import ValidateSettings, validate
 from wheelfoundry.aws.watch import run_tick
+from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.planning.buildenv import toolkit_requirements
 from wheelfoundry.toolkits import stack_toolkits
 from wheelfoundry.toolkits.toolkit_lock import ToolkitLockError
 from wheelfoundry_user.toolkits import approve
@@ -132,9 +135,14 @@ def test_validate_takes_13_2_only_once_the_stack_has_its_lock(aws: Any, tmp_path
     contract = json.loads(read(s3, f"runs/r1/jobs/{job['id']}/job.json"))
     assert contract["toolkit_lock"] == {"key": locked["key"], "sha256": locked["sha256"]}
     assert contract["image"]["build_args"]["CUDA_VERSION"] == "13.2"
+    # container builds too: the runner makes the builder image with the stack's lock (wfbuild.cuda.stack_lock)
     container = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=True)
-    with pytest.raises(RequestInvalid, match=r"container builds use only the build bundle's locks"):
-        validate({**event, "name": "r2"}, s3, container, date(2026, 11, 27))
+    pointer = json.loads(read(s3, "bundles/current.json"))
+    pointer["pins"]["bases"] = ["quay.io/pypa/manylinux_2_28_x86_64"]  # the base digest a bundle pins
+    s3.put_object(Bucket=BUCKET, Key="bundles/current.json", Body=json.dumps(pointer))
+    (job,) = validate({**event, "name": "r2"}, s3, container, date(2026, 11, 27))["jobs"]
+    contract = json.loads(read(s3, f"runs/r2/jobs/{job['id']}/job.json"))
+    assert contract["toolkit_lock"] == {"key": locked["key"], "sha256": locked["sha256"]}
     # a request that also names aarch64 (no 13.2 build of torch 2.15 there) is refused, naming it, before any launch
     both = {**event, "name": "r3", "request": {**REQUEST, "platforms": ["x86_64", "aarch64"]}}
     with pytest.raises(RequestInvalid) as refused:
@@ -223,3 +231,47 @@ def test_a_writer_that_read_before_an_approval_never_undoes_it(aws: Any, tmp_pat
     s3.delete_object(Bucket=BUCKET, Key=stack_toolkits.INDEX_KEY)
     assert toolkits.write_record(s3, BUCKET, stale, etag) is False
     assert toolkits.write_record(s3, BUCKET, stale, None) is True  # the first write of a record: If-None-Match
+
+
+def test_validate_names_the_watchers_lock_of_a_catalog_cuda_the_bundle_lacks(aws: Any) -> None:
+    # CUDA 13.0 has a catalog row; a bundle without its x86_64 lock (older, or trimmed) and the watcher's lock of it
+    s3, _, _ = aws
+    bundled = read(s3, "bundles/current.json")
+    pointer = json.loads(bundled)
+    del pointer["pins"]["cuda"]["13.0-x86_64"]
+    s3.put_object(Bucket=BUCKET, Key="bundles/current.json", Body=json.dumps(pointer))
+    entry = stack_toolkit("13.0")
+    s3.put_object(Bucket=BUCKET, Key=stack_toolkits.INDEX_KEY, Body=stack_toolkits.body({entry.name: entry}))
+    request = {**REQUEST, "torch": ["2.14.1"], "cuda": ["13.0"]}
+    checks = ValidateSettings(BUCKET, "us-east-1", "", 24, 250.0, 900, 10, container_builds=False)
+    out = validate({"request": request, "name": "r1", "execution": "arn:x:r1"}, s3, checks, date(2026, 11, 27))
+    (job,) = out["jobs"]
+    contract = json.loads(read(s3, f"runs/r1/jobs/{job['id']}/job.json"))
+    assert contract["toolkit_lock"] == {"key": entry.key, "sha256": entry.sha256}
+    s3.put_object(Bucket=BUCKET, Key="bundles/current.json", Body=bundled)
+    out = validate(
+        {"request": request, "name": "r2", "execution": "arn:x:r2"}, s3, checks, date(2026, 11, 27)
+    )  # the bundle's lock wins
+    assert "toolkit_lock" not in json.loads(read(s3, f"runs/r2/jobs/{out['jobs'][0]['id']}/job.json"))
+
+
+def test_a_lock_for_a_catalog_release_holds_the_pins_its_cells_install(aws: Any, tmp_path: Path) -> None:
+    # No METADATA recorded for torch 2.14.1: its catalog row's pins are what its cu130 cells ask the lock for
+    s3, sfn, machine = aws
+    pointer = json.loads(read(s3, "bundles/current.json"))
+    del pointer["pins"]["cuda"]["13.0-x86_64"]
+    s3.put_object(Bucket=BUCKET, Key="bundles/current.json", Body=json.dumps(pointer))
+    root = recording(tmp_path, sdist())
+    shutil.copytree(RECORDED.parent / "release_day", root, dirs_exist_ok=True)
+    sub = {**SUB_132, "torch": ">=2.14,<2.15", "cuda": ["13.0"]}
+    s3.put_object(Bucket=BUCKET, Key="subscriptions/wf-tiny-ext.json", Body=json.dumps(sub))
+    record = run_tick(s3, sfn, recorded(root), settings(machine), NOW)
+    (locked,) = record["toolkits"]
+    (run,) = record["runs"]
+    assert run["status"] == "started" and run["request"]["cuda"] == ["13.0"]
+    lock = tomllib.loads(read(s3, locked["key"]).decode())
+    catalog = load_catalog()
+    pins = toolkit_requirements(catalog.toolkit_for(catalog.release("2.14"), "13.0").requirements)  # the cells' lines
+    assert pins and set(pins) <= set(lock["requirements"]), lock["requirements"]
+    files = {f"{w['name']}=={w['version']}" for w in lock["wheel"]}
+    assert "nvidia-cublas==13.1.0.3" in files and "nvidia-cuda-nvrtc==13.0.88" in files

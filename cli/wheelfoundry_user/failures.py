@@ -31,8 +31,9 @@ COMPILER = re.compile(r":\d+(:\d+)?: (fatal error|error): ")  # gcc, nvcc, clang
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")  # a Python traceback's last line
 CELL = re.compile(r"^\[[\w.+-]+\] ")
 # Our own verdicts name the wheel, the cell and the check: the best line of all when present.
+# (wfbuild.cuda.toolkit: the toolkit stage's one line, e.g. a lock that lacks what the job asks of it)
 VERDICT = re.compile(
-    r"^(PUBLISHED WHEEL FAILED|SMOKE FAILED|DEVICE CODE REFUSED|ABI REFUSED|OUT OF MEMORY): "
+    r"^(PUBLISHED WHEEL FAILED|SMOKE FAILED|DEVICE CODE REFUSED|ABI REFUSED|OUT OF MEMORY|wfbuild\.cuda\.toolkit): "
 )  # the runner prefixes an extension cell's output with its id
 
 

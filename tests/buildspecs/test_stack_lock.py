@@ -1,5 +1,5 @@
-"""Host mode with a stack's toolkit lock (wfbuild.cuda.stack_lock, wfbuild.cuda.toolkit): the contract names the lock's key
-and sha256; the runner installs only those bytes, and the toolkit's cache key follows the digest."""
+"""A stack's toolkit lock (wfbuild.cuda.stack_lock): the contract names its key and sha256; the runner uses only
+those bytes, host mode's toolkit cache key and container mode's builder image tag follow the digest."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from tests.buildspecs.jobs import ROOT
 from wfbuild.cuda import stack_lock, toolkit
+from wfbuild.images import container
 
 BUNDLE = ROOT / "buildspecs"
 LOCK = (BUNDLE / "images/scripts/cuda/cuda-13.0-x86_64.toml").read_bytes()  # any real lock's bytes will do
@@ -61,3 +62,25 @@ def test_the_toolkit_cache_key_follows_the_stack_locks_digest(tmp_path: Path) ->
     (other / "cuda-13.0-x86_64.toml").write_bytes(LOCK + b"\n# another lock\n")
     assert toolkit.prefix_for(BUNDLE, "13.0", "x86_64", [], tmp_path, other) != same
     assert stack_lock.folder(job(), tmp_path) == where
+
+
+def test_container_mode_makes_the_builder_image_with_the_stack_lock(tmp_path: Path) -> None:
+    # the copy of images/ holds the stack's bytes where install_cuda.py reads the bundle's lock; the image's tag
+    # (its Dockerfile, scripts and build arguments) follows those bytes, and docker builds from that copy
+    contract = {**job(), "image": {"recipe": "x86_64-cuda", "base": "quay.io/pypa/manylinux_2_28_x86_64",
+                                   "build_args": {"CUDA_VERSION": "13.0"}}}  # fmt: skip
+    assert stack_lock.image_bundle(bucket(), {**contract, "toolkit_lock": None}, BUNDLE, tmp_path) == BUNDLE
+    stack_bytes = LOCK + b"\n# written by the watcher\n"
+    sha = hashlib.sha256(stack_bytes).hexdigest()
+    key = f"toolkits/cuda-13.0-x86_64-{sha[:16]}.toml"
+    watched = {**contract, "toolkit_lock": {"key": key, "sha256": sha}}
+    made = stack_lock.image_bundle(lambda _b, _k: stack_bytes, watched, BUNDLE, tmp_path / "w")
+    assert (made / "images/scripts/cuda/cuda-13.0-x86_64.toml").read_bytes() == stack_bytes
+    assert (made / "images/x86_64-cuda.Dockerfile").read_bytes() == (
+        BUNDLE / "images/x86_64-cuda.Dockerfile"
+    ).read_bytes()
+    assert container.image_tag(watched, made) != container.image_tag(contract, BUNDLE)
+    argv = container.build_argv(watched, made, "t")
+    assert argv[-1] == str(made / "images") and str(made / "images/x86_64-cuda.Dockerfile") in argv
+    with pytest.raises(stack_lock.StackLockError, match="refusing it"):  # bytes changed after Validate named them
+        stack_lock.image_bundle(lambda _b, _k: LOCK, watched, BUNDLE, tmp_path / "x")

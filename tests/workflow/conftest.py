@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +119,34 @@ def explained(aws: EmbeddedAws, stack: DeployedStack, result: ExecutionResult) -
 
     run_id = result.arn.rsplit(":", 1)[1]
     return "\n".join(render(run_failures(get_json, run_id), bucket)) or f"{result.error}: {result.cause}"
+
+
+@contextmanager
+def served(root: Path) -> Iterator[str]:
+    """``root`` laid out by URL (<host>/<path>, a page as index.json when PEP 691 JSON is asked for, else
+    index.html: `wheelfoundry local watch --record`'s layout), served as http://127.0.0.1:<port>/<host>/..."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0].lstrip("/")
+            if path.endswith("/"):
+                path += "index.json" if "pypi.simple" in self.headers.get("Accept", "") else "index.html"
+            target = (root / path).resolve()
+            if root.resolve() not in target.parents or not target.is_file():
+                self.send_error(404)
+                return
+            data = target.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()

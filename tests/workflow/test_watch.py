@@ -8,9 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from wheelfoundry_cli.main import main
 
 from tests.test_watch_stack import sdist
 from tests.watch_support import RECORDED, state
+from tests.workflow.conftest import served
 from wheelfoundry.publishing.index import publish_index
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import assert_no_builds, assert_no_instances, aws, embedded_aws  # noqa: F401
@@ -34,35 +33,13 @@ def upstream(tmp_path: Path) -> Iterator[str]:
     body = sdist()
     (root / "files").mkdir()
     (root / "files/wf_tiny_ext-0.1.0.tar.gz").write_bytes(body)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?")[0].lstrip("/")
-            if path.endswith("/"):
-                path += "index.json" if "pypi.simple" in self.headers.get("Accept", "") else "index.html"
-            target = (root / path).resolve()
-            if root.resolve() not in target.parents or not target.is_file():
-                self.send_error(404)
-                return
-            data = target.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    page = root / "pypi.org/simple/wf-tiny-ext/index.json"
-    page.parent.mkdir(parents=True)
-    files = [{"filename": "wf_tiny_ext-0.1.0.tar.gz", "url": f"{url}/files/wf_tiny_ext-0.1.0.tar.gz",
-              "hashes": {"sha256": hashlib.sha256(body).hexdigest()}}]  # fmt: skip
-    page.write_text(json.dumps({"files": files}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield url
-    server.shutdown()
+    with served(root) as url:
+        page = root / "pypi.org/simple/wf-tiny-ext/index.json"
+        page.parent.mkdir(parents=True)
+        files = [{"filename": "wf_tiny_ext-0.1.0.tar.gz", "url": f"{url}/files/wf_tiny_ext-0.1.0.tar.gz",
+                  "hashes": {"sha256": hashlib.sha256(body).hexdigest()}}]  # fmt: skip
+        page.write_text(json.dumps({"files": files}))
+        yield url
 
 
 @pytest.fixture

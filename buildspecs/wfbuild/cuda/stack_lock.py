@@ -5,7 +5,9 @@ watcher instead (functions/wheelfoundry/toolkits/stack_toolkits.py), and the job
 ``toolkit_lock: {"key", "sha256"}``. Host mode downloads it into ``<root>/toolkits/stack-locks/<sha256>/``
 under the name install_cuda.py reads (``cuda-<X.Y>-<platform>.toml``) only after its bytes hash to the
 contract's sha256: a lock changed in the bucket after Validate is refused, never installed. The folder is named
-by the digest, so the toolkit's cache key (the lock's bytes) is the digest's too.
+by the digest, so the toolkit's cache key (the lock's bytes) is the digest's too. Container mode builds the
+builder image from a copy of the bundle's ``images/`` holding that lock where install_cuda.py reads the
+bundle's (``image_bundle``): the image's tag covers the lock's bytes, as it covers every lock's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +29,15 @@ Get = Callable[[str, str], bytes]  # (bucket, key) -> the object's bytes
 
 class StackLockError(Exception):
     """The contract's stack lock cannot be used: malformed, or its bytes are not the ones Validate named."""
+
+
+def s3_get(bucket: str, key: str) -> bytes:
+    """The build host's read of the bucket (its instance or CodeBuild role may read ``toolkits/cuda-*.toml``)."""
+    import boto3  # the build host's; only a job naming a stack lock needs it
+
+    client = boto3.client("s3", region_name=os.environ.get("AWS_REGION"))
+    body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return body
 
 
 def named(job: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -68,3 +80,20 @@ def fetch(get: Get, bucket: str, job: Mapping[str, Any], cuda: str, platform: st
         partial.write(body)
     os.replace(name, target)  # whole or absent: a concurrent job never reads half a lock
     return where
+
+
+def image_bundle(get: Get, job: Mapping[str, Any], bundle: Path, work: Path) -> Path:
+    """Container mode: the bundle the builder image is made from. ``bundle`` itself, or for a job whose lock is
+    the stack's, ``<work>/image-bundle`` with a copy of its ``images/`` holding that lock (fetched and
+    byte-checked here) as ``scripts/cuda/cuda-<X.Y>-<platform>.toml``."""
+    if named(job) is None:
+        return bundle
+    cuda, platform = str(job["image"]["build_args"]["CUDA_VERSION"]), str(job["platform"])
+    held = fetch(get, job["run"]["bucket"], job, cuda, platform, work)
+    assert held is not None  # named: fetched or raised
+    copy = work / "image-bundle"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(bundle / "images", copy / "images", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    name = f"cuda-{cuda}-{platform}.toml"
+    shutil.copyfile(held / name, copy / "images" / "scripts" / "cuda" / name)
+    return copy

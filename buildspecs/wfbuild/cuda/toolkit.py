@@ -77,15 +77,6 @@ def ensure(
     return prefix
 
 
-def _s3_get(bucket: str, key: str) -> bytes:
-    import boto3  # the build host's; only a job naming a stack lock needs it
-
-    body: bytes = (
-        boto3.client("s3", region_name=os.environ.get("AWS_REGION")).get_object(Bucket=bucket, Key=key)["Body"].read()
-    )
-    return body
-
-
 def stage_env(env: Mapping[str, str], cuda_home: Path) -> dict[str, str]:
     """A stage's environment seeing only ``cuda_home``'s CUDA."""
     out = {k: v for k, v in env.items() if k not in CUDA_VARIABLES}
@@ -136,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = Path(__file__).resolve().parents[2]
     cuda = str(job["image"]["build_args"]["CUDA_VERSION"])
     try:
-        locks = stack_lock.fetch(_s3_get, job["run"]["bucket"], job, cuda, job["platform"], args.root)
+        locks = stack_lock.fetch(stack_lock.s3_get, job["run"]["bucket"], job, cuda, job["platform"], args.root)
         home = ensure(bundle, cuda, job["platform"], requirements_of(job), args.root, locks)
     except Exception as exc:  # the lock's own error (LockError), a download or pip failure: one line
         print(f"wfbuild.cuda.toolkit: {exc}", file=sys.stderr, flush=True)

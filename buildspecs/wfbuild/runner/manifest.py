@@ -214,6 +214,8 @@ def build_manifest(work: Path) -> dict[str, Any]:
         }
         | ({"device_code": device_code(meta)} if job.get("cuda") and job["kind"] == "extension" else {})
         | ({"abi": device_code(meta, "abi")} if job["kind"] == "extension" else {})
+        # a toolkit lock of the stack's (the watcher wrote it): its key and sha256, as the job's contract names it
+        | ({"toolkit_lock": job["toolkit_lock"]} if job.get("toolkit_lock") else {})
     )
 
 

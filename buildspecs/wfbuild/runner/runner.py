@@ -33,6 +33,7 @@ import boto3
 
 from wfbuild import hostfiles, hostinfo
 from wfbuild.compiling import compile_records, compiler_cache
+from wfbuild.cuda import stack_lock
 from wfbuild.execute import BuildLog, Runner
 from wfbuild.images import container
 from wfbuild.runner import callback, cells, compile_memory, credentials, finish, host_mode, manifest, stage_env
@@ -111,8 +112,10 @@ class Job:
         if self.mode == "docker" and any(not s.host for s in host):
             started = time.monotonic()
             try:
-                image = container.ensure_image(self.job, self.bundle, self.runner, self.work, self.region, self.environ)
-            except (OSError, RuntimeError) as exc:
+                # a CUDA lock of the stack's (the watcher wrote it): the image is made with it, byte-checked
+                bundle = stack_lock.image_bundle(stack_lock.s3_get, self.job, self.bundle, self.work)
+                image = container.ensure_image(self.job, bundle, self.runner, self.work, self.region, self.environ)
+            except (OSError, RuntimeError, stack_lock.StackLockError) as exc:
                 self.log.note(f"no builder image: {exc}")
                 self.results.append(self._result(Stage("image", [], {}), "failed", started, None, [], str(exc)))
                 fatal_failed = True

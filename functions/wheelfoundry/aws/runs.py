@@ -19,7 +19,7 @@ from wheelfoundry.planning.buildenv import extension_cache_scope
 from wheelfoundry.planning.jobs import Job, StackContext
 from wheelfoundry.planning.planning import plan_request
 from wheelfoundry.request.model import ExtensionRequest
-from wheelfoundry.request.pins import job_locks, stack_lock_issues, unbuildable
+from wheelfoundry.request.pins import bundle_lacks_locks, job_locks, unbuildable
 from wheelfoundry.request.request import parse_request
 from wheelfoundry.toolkits import stack_toolkits
 
@@ -186,6 +186,13 @@ def check_publish_target(request: Any, settings: ValidateSettings) -> None:
         raise RequestInvalid([Issue("options.publish", why, target.name)])
 
 
+def _stack_toolkits(s3: Any, bucket: str) -> dict[str, stack_toolkits.StackToolkit]:
+    # here, not at import: aws.toolkits brings the watcher's modules, which Validate's cold start need not load
+    from wheelfoundry.aws.toolkits import read_record
+
+    return read_record(s3, bucket)[0]
+
+
 def validate(
     event: dict[str, Any], s3: Any, settings: ValidateSettings, today: date, service_quotas: Any = None
 ) -> dict[str, Any]:
@@ -196,10 +203,7 @@ def validate(
         catalog = with_derived(catalog, derived.read(s3, settings.bucket))
     toolkits: dict[str, stack_toolkits.StackToolkit] = {}
     if stack_toolkits.wanted(raw, catalog):  # a CUDA the catalog lacks: the watcher's locks and their rows
-        # here, not at import: aws.toolkits brings the watcher's modules, which Validate's cold start need not load
-        from wheelfoundry.aws.toolkits import read_record as read_toolkits
-
-        toolkits = read_toolkits(s3, settings.bucket)[0]
+        toolkits = _stack_toolkits(s3, settings.bucket)
         catalog = stack_toolkits.with_stack_toolkits(catalog, toolkits)
     config = load_config().with_guardrails(settings.max_jobs, settings.max_instance_hours, settings.max_concurrency)
     request = parse_request(raw, catalog, config)
@@ -217,10 +221,11 @@ def validate(
     run_id = event["name"]
     # An image the bundle cannot build would be refused on the build host, after the launch was paid for.
     # A CUDA job whose lock is the stack's names it (key, sha256): the runner byte-checks what it downloads.
-    locks = job_locks(plan.jobs, toolkits, (pins or {}).get("cuda"))
-    if settings.container_builds and (issues := stack_lock_issues(plan.jobs, locks)):
-        raise RequestInvalid(issues)
-    if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins)):
+    bundle_locks = (pins or {}).get("cuda")
+    if not toolkits and bundle_lacks_locks(plan.jobs, bundle_locks):  # a catalog CUDA the bundle has no lock for
+        toolkits = _stack_toolkits(s3, settings.bucket)
+    locks = job_locks(plan.jobs, toolkits, bundle_locks)
+    if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins, locks)):
         raise RequestInvalid(issues)
     run = {
         "id": run_id,

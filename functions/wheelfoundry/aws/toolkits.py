@@ -17,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from wheelfoundry.catalog.catalog import Catalog
 from wheelfoundry.conditional import CONFLICT, jittered
 from wheelfoundry.toolkits import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
 from wheelfoundry.toolkits.stack_toolkits import INDEX_KEY, StackToolkit
@@ -108,22 +109,49 @@ def with_record(
     )
 
 
-def torch_lines(upstream: Upstream, cuda: str, versions: Sequence[str]) -> tuple[list[str], str, str]:
-    """(requirement lines, the torch version, where): the lines of the newest release whose PyPI wheel is a CUDA
-    ``cuda`` build; else none (the lock takes the metapackage's library extras) and that is said."""
+def torch_lines(
+    upstream: Upstream, cuda: str, versions: Sequence[str], platform: str = "x86_64", catalog: Catalog | None = None
+) -> tuple[list[str], str, str]:
+    """(requirement lines, the torch version whose wheel the facts are read from, where): the lines the cells will
+    install from the lock (their CUDA_REQUIREMENTS). Per release that needs the toolkit, its PyPI wheel's METADATA
+    where read, else its catalog pins; and a CUDA the catalog has (on a deployment whose bundle lacks its lock) adds
+    its row's pins, which extension cells install. None at all: the lock takes the metapackage's library extras, and
+    that is said."""
+    lines: list[str] = []
+    wheres, read = [], None
     for version in versions:
         text = upstream.metadata.get(version)
-        if text and (lines := toolkit_lock.torch_lines(text, cuda)):
-            return lines, version, f"torch {version}'s PyPI wheel METADATA (Requires-Dist)"
-    return [], versions[0], f"no torch wheel read is a CUDA {cuda} build: cuda-toolkit's library extras"
+        found = toolkit_lock.torch_lines(text, cuda) if text else []
+        if found:
+            read = read or version
+            wheres.append(f"torch {version}'s PyPI wheel METADATA (Requires-Dist)")
+        elif catalog is not None and cuda in catalog.cuda and (release := catalog.release(_minor(version))):
+            found = list(catalog.toolkit_for(release, cuda, platform).requirements)
+            wheres += [f"torch {version}'s catalog pins (what its cells install)"] if found else []
+        lines += [line for line in found if line not in lines]
+    if catalog is not None and cuda in catalog.cuda and (row := catalog.cuda[cuda].requirements):
+        lines += [line for line in row if line not in lines]  # extension cells install the row's own lines
+        wheres.append(f"the catalog's CUDA {cuda} row's pins (what extension cells install)")
+    if not lines:
+        return [], versions[0], f"no torch wheel read is a CUDA {cuda} build: cuda-toolkit's library extras"
+    return lines, read or versions[0], "; ".join(wheres)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
 
 
 def lock_one(
-    index: toolkit_lock.SimpleIndex, upstream: Upstream, cuda: str, platform: str, versions: Sequence[str]
+    index: toolkit_lock.SimpleIndex,
+    upstream: Upstream,
+    cuda: str,
+    platform: str,
+    versions: Sequence[str],
+    catalog: Catalog | None = None,
 ) -> tuple[dict[str, Any], bytes, str, str]:
     """(the lock, its bytes, why it was written, the torch version whose wheel it follows) for (cuda, platform);
     ToolkitLockError where it cannot be."""
-    lines, version, where = torch_lines(upstream, cuda, versions)
+    lines, version, where = torch_lines(upstream, cuda, versions, platform, catalog)
     found = toolkit_lock.resolve(index, cuda, platform, lines)
     if not any(w.part == "compiler" for w in found.wheels):
         raise toolkit_lock.ToolkitLockError(f"CUDA {cuda} {platform}: the resolution holds no compiler wheels")
@@ -156,7 +184,7 @@ def resolve_locks(
     resolved, notes = [], {}
     for (cuda, platform), versions in sorted(needs.items()):
         try:
-            lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions)
+            lock, body, reason, version = lock_one(index, upstream, cuda, platform, versions, base.catalog)
             found = facts(cuda, platform, version)  # the torch wheel built with it: where its facts are read
         except Exception as exc:  # a bad zip, an index's odd answer, a throttled bucket: named, the tick goes on
             fix = f"run tools/lock_cuda.py wheels {cuda} --platform {platform}, then redeploy"

@@ -39,7 +39,7 @@ def _dependencies(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     for name, src in sorted((manifest.get("sources") or {}).items()):
         if src.get("s3"):
             out.append({"name": name, "uri": src["s3"], "digest": {"sha256": src.get("sha256", "")}})
-        elif src.get("repo"):
+        elif src.get("repo") and src.get("commit"):  # a test job names the package but fetched no source
             out.append(
                 {
                     "name": name,
@@ -47,6 +47,7 @@ def _dependencies(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "digest": {"gitCommit": src.get("commit", "")},
                 }
             )
+    out += _toolkit_lock(manifest)
     builder, image = manifest.get("builder") or {}, manifest.get("image") or {}
     if builder.get("mode") == "docker":
         digest = {"sha256": str(builder["digest"]).removeprefix("sha256:")} if builder.get("digest") else {}
@@ -55,6 +56,20 @@ def _dependencies(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
         annotations = {"mode": builder.get("mode"), "host": builder.get("host"), "recipe": image.get("recipe")}
         out.append({"name": "builder-image", "uri": f"host:{image.get('base', '')}", "annotations": annotations})
     return out
+
+
+def _toolkit_lock(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The CUDA toolkit lock the compiler came from, by the sha256 of the lock's bytes (install_cuda.py records
+    it in the toolkit it installs): the stack's (the watcher wrote it) by its bucket key, else the bundle's."""
+    toolkit = (manifest.get("toolchain") or {}).get("cuda_toolkit") or {}
+    if not toolkit.get("lock_sha256"):
+        return []
+    stack_lock, bucket = manifest.get("toolkit_lock") or {}, (manifest.get("run") or {}).get("bucket", "")
+    if stack_lock.get("key"):
+        uri = f"s3://{bucket}/{stack_lock['key']}"
+    else:
+        uri = f"bundle:images/scripts/cuda/cuda-{toolkit.get('cuda')}-{toolkit.get('platform')}.toml"
+    return [{"name": "cuda-toolkit-lock", "uri": uri, "digest": {"sha256": str(toolkit["lock_sha256"])}}]
 
 
 def _content(value: Any) -> str:

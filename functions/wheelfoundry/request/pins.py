@@ -9,7 +9,7 @@ checks a plan against them. Pure: no AWS, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from wheelfoundry.errors import Issue
@@ -41,7 +41,7 @@ def _same_repository(bases: Iterable[str], ref: str) -> tuple[str, ...]:
     return tuple(sorted(b for b in bases if b == repository or b.startswith(repository + ":")))
 
 
-def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
+def builder_issues(job: Any, pins: Mapping[str, Any], stack_locked: bool = False) -> list[Issue]:
     """A framework or extension job's builder image: its base and each install script's download."""
     image, issues = job.image, []
     bases = pins.get("bases", ())
@@ -61,7 +61,7 @@ def builder_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
         why = f"job {job.id}: its builder image needs {name} ({arg}={value}), which has no pinned sha256 here; "
         why += PIN_FILE
         issues.append(Issue(where, why, value, _pinned_values(pins, arg, template, image.recipe)))
-    return issues + cuda_issues(job, pins)
+    return issues + ([] if stack_locked else cuda_issues(job, pins))
 
 
 def cuda_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
@@ -100,28 +100,28 @@ def runtime_issues(image: Any, pins: Mapping[str, Any]) -> list[Issue]:
     return [Issue("image", why.format(image.id, ref, ref), ref, _same_repository(bases, ref)) for ref in refs]
 
 
-def unbuildable(jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, Any] | None) -> list[Issue]:
-    """Every image of the plan the bundle cannot build; none when the bundle predates pin summaries."""
+def unbuildable(
+    jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, Any] | None, stack_locked: Collection[str] = ()
+) -> list[Issue]:
+    """Every image of the plan the bundle cannot build; none when the bundle predates pin summaries.
+    ``stack_locked``: the jobs whose CUDA lock is the stack's (the runner makes their image with it)."""
     if not pins:
         return []
-    issues = [issue for job in jobs for issue in builder_issues(job, pins)]
+    issues = [issue for job in jobs for issue in builder_issues(job, pins, job.id in stack_locked)]
     return issues + [issue for image in images for issue in runtime_issues(image, pins)]
 
 
-def stack_lock_issues(jobs: Iterable[Any], locks: Mapping[str, Mapping[str, str]]) -> list[Issue]:
-    """Container builds assemble CUDA in the builder image, from the bundle's locks only: a job whose lock is the
-    stack's (``toolkits/``, wheelfoundry.toolkits.stack_toolkits) is refused by name; host builds install it."""
-    issues = []
+def bundle_lacks_locks(jobs: Iterable[Any], bundle: Any) -> bool:
+    """Whether a CUDA job's toolkit has no lock in the bundle's pins (an older or trimmed bundle, with a catalog
+    row for it): then the stack's record may hold the one the watcher wrote. False where the bundle predates pin
+    summaries (nothing to compare)."""
+    if not isinstance(bundle, Mapping):
+        return False
     for job in jobs:
-        if job.id in locks:
-            cuda = job.image.build_args.get("CUDA_VERSION")
-            why = (
-                f"job {job.id}: CUDA {cuda} on {job.platform} is locked by this stack's watcher "
-                f"({locks[job.id]['key']}), and container builds use only the build bundle's locks; deploy with "
-                "host builds (container builds off) or lock it in the repository (tools/lock_cuda.py), then redeploy"
-            )
-            issues.append(Issue("cuda", why, cuda))
-    return issues
+        cuda = job.image.build_args.get("CUDA_VERSION") if getattr(job, "image", None) else None
+        if cuda and f"{cuda}-{job.platform}" not in bundle:
+            return True
+    return False
 
 
 def job_locks(
