@@ -4,13 +4,15 @@
     python bench/gpu_check_stable.py check WHEEL [--json FILE]        # on a host with a GPU, in its torch's venv
 
 ``build`` compiles tests/fixtures/stable_cuda_ext (a CPU op and a CUDA kernel, TORCH_TARGET_VERSION 2.10,
-limited Python API) in a cell's build environment the farm made (wfbuild.envs; the heavy tests' CUDA cells
-leave one in the cache: torch 2.14.1, PyPI's CUDA 13.0 build, with NVIDIA's libraries), with nvcc from the
-repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90. It reads the wheel as the farm's abi stage does
-(wfbuild.wheels.abi: stable or per-torch, and the floor) and writes the wheel and that record into --out.
+limited Python API; a driver API call linked with -lcuda, issue 64) in a cell's build environment the farm
+made (wfbuild.envs; the heavy tests' CUDA cells leave one in the cache: torch 2.14.1, PyPI's CUDA 13.0 build,
+with NVIDIA's libraries), with nvcc from the repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90.
+It reads the wheel as the farm's abi stage does (wfbuild.wheels.abi: stable or per-torch, and the floor) and
+what its module links (libcuda.so.1, no libcuda carried), and writes the wheel and those records into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
 interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
-against torch's own arithmetic, and prints and writes what ran where.
+against torch's own arithmetic, calls the driver API where a GPU is, and prints and writes what ran where.
+The farm's GPU step (``python -m wfbuild.gpu.gpu_test``) can test the same wheel there too.
 """
 
 from __future__ import annotations
@@ -60,8 +62,28 @@ def build(out: Path, env_dir: Path | None) -> int:
         reading += ["--torch-version", torch.stdout.strip().split("+")[0], "--env-dir", str(env_dir)]
         reading += ["--out", str(out / "abi.json"), "--src", str(src)]
         subprocess.run(reading, check=True, env={**env, "PYTHONPATH": str(ROOT / "buildspecs")})
+    needed, carried = linked(built)
     print(f"built {built.name} against torch {torch.stdout.strip()} ({env_dir}), nvcc from {cuda_home.name}, sm_90")
-    return 0
+    print(f"  {needed['module']} needs {', '.join(needed['needed'])}; libcuda files carried: {carried or 'none'}")
+    (out / "linked.json").write_text(json.dumps({**needed, "libcuda_carried": carried}, indent=1) + "\n")
+    return 0 if "libcuda.so.1" in needed["needed"] and not carried else 1
+
+
+def linked(wheel: Path) -> tuple[dict[str, Any], list[str]]:
+    """The extension module's DT_NEEDED (the driver API: libcuda.so.1, the user's driver) and any libcuda file the
+    wheel carries (it must carry none)."""
+    import io
+
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (module,) = [n for n in names if n.startswith("wf_stable_cuda/_C") and n.endswith(".so")]
+        dynamic = ELFFile(io.BytesIO(archive.read(module))).get_section_by_name(".dynamic")
+    assert isinstance(dynamic, DynamicSection)
+    needed = [str(t.needed) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+    return {"module": module, "needed": needed}, [n for n in names if "libcuda" in n.rsplit("/", 1)[-1]]
 
 
 def check(wheel: Path, report: Path | None) -> int:
@@ -82,6 +104,7 @@ def check(wheel: Path, report: Path | None) -> int:
             found |= {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0))}
             found["gpu_on_device"] = got.device.type
             found["gpu_max_abs_error"] = float((got.cpu() - (a * 3.0 + b)).abs().max())
+            found["driver_version"] = wf_stable_cuda.driver_version()  # cuDriverGetVersion, through -lcuda
     print(json.dumps(found, indent=1))
     if report:
         report.write_text(json.dumps(found, indent=1) + "\n")

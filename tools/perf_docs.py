@@ -60,8 +60,13 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench/abi_plans.py",
     ),
     "gpu_check_stable": (
-        "a stable-ABI wheel's CUDA kernel on a GPU under a torch minor other than the one it was built with",
-        "bench/gpu_check_stable.py build; then check WHEEL on a host with a GPU",
+        "a stable-ABI wheel's CUDA kernel and driver-API call (-lcuda) on a GPU under a torch minor other than the "
+        "one it was built with, by its check and by the farm's GPU step",
+        "bench/gpu_check_stable.py build; then check WHEEL and python -m wfbuild.gpu.gpu_test on a host with a GPU",
+    ),
+    "release_day": (
+        "release day, run: one watcher tick on the embedded stack against today's PyPI, to the published wheel",
+        "bench/release_day.py",
     ),
     "unit_costs": (
         "one compile of each C++ and CUDA unit the tests build, and of each torch header they choose between",
