@@ -85,6 +85,7 @@ def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         run_id = arn.rsplit(":", 1)[1]
         report = s3_json(s3, bucket, f"runs/{run_id}/report.json")
         out["release_day"] = report.get("release_day")
+        out["failed"] = [{k: f.get(k) for k in ("job_id", "error", "cause")} for f in report.get("failed") or []]
         for key in keys(s3, bucket, f"runs/{run_id}/jobs/"):
             if key.endswith("/manifest.json"):
                 manifest = s3_json(s3, bucket, key)
@@ -130,6 +131,7 @@ def table(found: dict[str, Any]) -> list[str]:
         ("second tick started", str(found.get("second_tick_runs"))),
         ("instances left", str(found.get("instances_left"))),
         ("result", str(found.get("result"))),
+        *((f"failed: {f['job_id']}", f"{f['error']}: {str(f['cause'])[:300]}") for f in found.get("failed") or []),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)
     return [f"{k:<{width}}  {v}" for k, v in rows]
@@ -143,12 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuda", default="13.2", help="the subscription's CUDA variants (default: PyPI's 13.2)")
     parser.add_argument("--arch-list", default="9.0", help="TORCH_CUDA_ARCH_LIST (default: Hopper only)")
     parser.add_argument("--timeout", type=float, default=5400, help="seconds to wait for the run")
+    parser.add_argument("--state-dir", type=Path, help="keep the emulator's state here (default: a temporary folder)")
     args = parser.parse_args(argv)
     for name, value in (("POWERTOOLS_METRICS_DISABLED", "true"), ("POWERTOOLS_LOG_LEVEL", "WARNING")):
         os.environ.setdefault(name, value)
     without_cuda()
-    with tempfile.TemporaryDirectory(prefix="wf-release-day-") as state:
-        found = measure(args, Path(state))
+    if args.state_dir:  # kept: the instances' logs and work folders
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+        found = measure(args, args.state_dir.resolve())
+    else:
+        with tempfile.TemporaryDirectory(prefix="wf-release-day-") as state:
+            found = measure(args, Path(state))
     print("\n".join(table(found)))
     machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
     RESULTS.mkdir(parents=True, exist_ok=True)
