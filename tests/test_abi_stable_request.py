@@ -46,7 +46,13 @@ def test_stable_is_refused_for_a_torch_before_the_stable_abi() -> None:
 def test_stable_makes_the_abi_reading_the_gate_of_each_cell(cuda: str) -> None:
     contract, stages = _stages("stable", cuda)
     assert contract["extension"]["abi"] == "stable" and contract["extension"]["abi_oldest"] == "2.10"
-    cell = next(c["id"] for c in contract["extension"]["cells"] if c["id"].startswith("torch2.12"))
+    (built,) = contract["extension"]["cells"]  # one build, against the oldest torch: its wheel serves 2.10-2.12
+    cell, label = built["id"], "cpu" if cuda == "cpu" else "cu126"
+    assert built["torch_version"].startswith("2.10.") and built["local_label"] == label  # not pt210<variant>
+    served = [c["torch_version"].rsplit(".", 1)[0] for c in contract["extension"]["serves"]]
+    assert sorted(served) == ["2.10", "2.12"]
+    repair = stages[f"repair-{cell}"].argv
+    assert repair[repair.index("--torch-floor") + 1] == "2.10" and "--pin-torch" not in repair  # torch>=2.10
     abi = stages[f"abi-{cell}"]
     assert abi.argv[abi.argv.index("--require-stable") + 1] == "2.10"  # the oldest torch, not the cell's own
     after = stages[f"devicecode-{cell}"] if cuda != "cpu" else stages[f"repair-{cell}"]
@@ -61,3 +67,20 @@ def test_auto_keeps_the_reading_a_record_nothing_waits_on() -> None:
     cell = contract["extension"]["cells"][0]["id"]
     assert "--require-stable" not in stages[f"abi-{cell}"].argv
     assert stages[f"repair-{cell}"].needs == (f"build-{cell}",)
+
+
+def test_stable_plans_one_build_per_variant_and_python_and_tests_every_torch() -> None:
+    raw = {**BASE, "torch": ["2.10", "2.11", "2.12"], "cuda": ["cpu", "12.6"], "python": ["3.11", "3.12"]}
+    plans = {abi: plan_request(parse_request({**raw, "abi": abi}, load_catalog(), load_config()), load_catalog(),
+                               load_config()) for abi in ("stable", "per-torch")}  # fmt: skip
+    built = {
+        abi: [c for j in p.jobs for c in j.extension.cells]
+        for abi, p in plans.items()
+        if all(j.extension for j in p.jobs)
+    }
+    assert len(built["per-torch"]) == 12 and len(built["stable"]) == 4  # 3 torch x 2 variants x 2 Pythons; 2 x 2
+    assert {c.torch_version.rsplit(".", 1)[0] for c in built["stable"]} == {"2.10"}
+    for abi, plan in plans.items():  # the test jobs install the published wheels into every torch of the range
+        tested = sorted(c.id for t in plan.tests for c in t.extension.cells)
+        assert len(tested) == 12, (abi, tested)
+    assert plans["stable"].hours < plans["per-torch"].hours

@@ -163,3 +163,36 @@ def test_a_test_job_publishes_only_the_bytes_merge_staged(s3: Any, tmp_path: Pat
     put(s3, f"{TEST['prefix']}manifest.json", {"job_id": TEST["id"], "wheels": [{**entry, "sha256": forged["sha256"]}]})
     with pytest.raises(ManifestInvalid, match="is not a wheel Merge staged for this test"):
         collect({"job": TEST, "run": run, "build": {"wheels": [forged]}}, s3)
+
+
+def test_a_stable_wheel_is_staged_once_for_every_torch_it_serves(s3: Any, tmp_path: Path) -> None:
+    # abi "stable": the job built only the oldest torch's cell; its wheel serves 2.13 and 2.14 of its Python, each a
+    # cell of the test job, which installs and tests it in both before anything is published
+    prefix = "runs/run-1/jobs/my-ext-cpu-x86_64/"
+    serves = [
+        {"id": cid, "torch_version": tv, "python": "3.11", "local_label": label, "build_id": bid, "cuda": None}
+        for cid, (tv, bid, label) in CELLS.items()
+    ]
+    built = {**serves[0], "local_label": "cpu"}
+    contract = {"cells": [built], "serves": serves, "abi": "stable", "abi_oldest": "2.13", "name": "my-ext"}
+    put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": contract})
+    put(s3, f"{TEST['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": serves}})
+    put(s3, f"{prefix}result.json", {"status": "succeeded"})
+    path = cell_wheel(tmp_path / "stable", "cpu")
+    data = path.read_bytes()
+    put(s3, f"{prefix}wheels/{path.name}", data)
+    wheel = {
+        "name": path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "smoke": "passed",
+        "cell": {"id": built["id"]},
+    }
+    put(s3, f"{prefix}manifest.json", {"wheels": [wheel]})
+    job = {"id": "my-ext-cpu-x86_64", "kind": "extension", "prefix": prefix}
+    out = stage_run(event(job, layout="auto"), s3, tmp_path)
+    assert out["status"] == "succeeded" and out["missing_cells"] == []  # the served cells were never built
+    assert out["layout"] == "per-cell" and out["layout_reason"].startswith("abi stable: one wheel per variant")
+    (staged,) = out["wheels"]
+    assert staged["sha256"] == wheel["sha256"] and staged["filename"] == path.name  # the built bytes, not rewritten
+    assert staged["cells"] == list(CELLS) and staged["variants"] == ["torch-2.13.0+cpu", "torch-2.14.1+cpu"]
+    assert staged["test_job"] == TEST["id"] and _keys(s3, "wheels/") == []

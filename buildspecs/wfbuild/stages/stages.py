@@ -91,7 +91,10 @@ def _post(
         smoke_dir = f"{smoke_dir}/{cell['id']}"
         if ext.get("label_wheels", True):
             repair += ["--local-label", safety.check(safety.LABEL, cell["local_label"], "extension.cells.local_label")]
-        repair += ["--pin-torch", cell["torch_version"]]  # torch>=X.Y,<X.Y+1 in the bytes smoke and tests see
+        if ext.get("abi") == "stable":  # one wheel for the range: torch>=its oldest, which the test jobs cover
+            repair += ["--torch-floor", safety.check(safety.MINOR, ext.get("abi_oldest") or "", "abi_oldest")]
+        else:
+            repair += ["--pin-torch", cell["torch_version"]]  # torch>=X.Y,<X.Y+1 in the bytes smoke and tests see
     smoke = ["--python", python, "--wheel-dir", wheels, "--work-dir", smoke_dir]
     needs: tuple[str, ...] = ()
     if torch:

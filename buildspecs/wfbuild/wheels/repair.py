@@ -2,7 +2,7 @@
 
 ``python -m wfbuild.wheels.repair --in-dir RAW --out-dir OUT --plat manylinux_2_28_x86_64
 [--exclude PATTERN ...] [--lib-path DIR ...] [--expect-bundled LIB ...] [--require REQ ...]
-[--rpath ENTRY ...] [--local-label LABEL] [--pin-torch VERSION] [WHEEL ...]``
+[--rpath ENTRY ...] [--local-label LABEL] [--pin-torch VERSION | --torch-floor X.Y] [WHEEL ...]``
 
 1. ``--local-label``: the version gets ``+<label>`` (``wheel pack --local-version``).
 2. ``auditwheel repair --plat P --only-plat``: bundles what the wheel needs from the build image
@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rpath", action="append", default=[])
     parser.add_argument("--local-label")
     parser.add_argument("--pin-torch", metavar="VERSION", help="require this torch minor (a cell wheel)")
+    parser.add_argument("--torch-floor", metavar="X.Y", help="require torch>=X.Y (a stable-ABI wheel, one for a range)")
     parser.add_argument("--slim", action="store_true", help="fail if any --exclude library is inside the wheel")
     args = parser.parse_args(argv)
     wheels = list(args.wheels) + (sorted(args.in_dir.glob("*.whl")) if args.in_dir else [])
@@ -241,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         plat, args.exclude, args.lib_path, args.expect_bundled, args.require, args.rpath, args.local_label, args.slim
     )
     opts.pins = [wheelfile.torch_pin(args.pin_torch)] if args.pin_torch else []
+    opts.pins = [wheelfile.torch_floor(args.torch_floor)] if args.torch_floor else opts.pins
     for wheel in wheels:
         try:
             final = repair_one(wheel, args.out_dir, opts)

@@ -194,6 +194,12 @@ def pin_requirement(root: Path, requirement: str) -> bool:
     return True
 
 
+def torch_floor(minor: str) -> str:
+    """``torch>=2.10``: a stable-ABI wheel serves every torch from the oldest of its range on (issue 66)."""
+    major, low = Version(minor).release[:2]
+    return f"torch>={major}.{low}"
+
+
 def torch_pin(torch_version: str) -> str:
     """``torch>=2.11,<2.12``: the torch minor a cell wheel was built against (wheelfoundry.publishing.merge's rule
     for one

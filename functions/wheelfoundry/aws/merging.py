@@ -23,9 +23,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from wheelfoundry.aws.results import safe_wheel_name
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
+
+STABLE = (
+    "abi stable: one wheel per variant and Python serves every torch of the range, installed and tested in each "
+    "(Requires-Dist torch>= the range's oldest)"
+)
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:
@@ -39,7 +45,9 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
     """([(cell, wheel key)], missing cell ids) of one job."""
     prefix = job["prefix"]
     contract = _json(s3, bucket, f"{prefix}job.json") or {}
-    cells = {c["id"]: c for c in (contract.get("extension") or {}).get("cells", [])}
+    ext = contract.get("extension") or {}
+    cells = {c["id"]: c for c in ext.get("cells", [])}
+    serves = ext.get("serves") or []  # abi "stable": each built wheel serves its Python's cells of the range
     result = _json(s3, bucket, f"{prefix}result.json") or {}
     manifest = _json(s3, bucket, f"{prefix}manifest.json") if result.get("status") in ("succeeded", "partial") else None
     found: dict[str, tuple[dict[str, Any], str]] = {}
@@ -48,8 +56,14 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
         if wheel.get("smoke") != "passed" or cell_id not in cells:
             continue
         name = safe_wheel_name(job["id"], wheel.get("name"))
+        served = [c for c in serves if c.get("python") == cells[cell_id]["python"]]
         found[cell_id] = (
-            {**cells[cell_id], "sha256": wheel.get("sha256"), **_where(contract)},
+            {
+                **cells[cell_id],
+                "sha256": wheel.get("sha256"),
+                **_where(contract),
+                **({"serves": served} if served else {}),
+            },
             f"{prefix}wheels/{name}",
         )
     return list(found.values()), [c for c in cells if c not in found]
@@ -138,6 +152,8 @@ def stage_run(
             plain = plain_modules([_unsuffixed(path) for path in local.values()])
             asked = str(run.get("layout") or "auto")
             out["layout"], out["layout_reason"] = layout or choose_layout(asked, files, plain)
+            if any(cell.get("serves") for cell, _ in cells):
+                out["layout"], out["layout_reason"] = "per-cell", STABLE
             if out["layout"] == "merged":
                 _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
             else:
@@ -194,8 +210,10 @@ def _stage_cells(
     out: dict[str, Any],
 ) -> None:
     for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
-        fields = {"cells": [cell["id"]], "builds": [cell["build_id"]], "variants": [variant_of(cell)]}
-        _stage(s3, bucket, serving.get(cell["id"]), local[cell["id"]], cell["sha256"], out, **fields)
+        served = cell.get("serves") or [cell]  # abi "stable": the range's cells of its Python, each tested
+        fields = {"cells": [c["id"] for c in served], "builds": [cell["build_id"]]}
+        fields["variants"] = sorted({variant_of(c) for c in served}, key=lambda v: Version(v[6:].split("+")[0]))
+        _stage(s3, bucket, serving.get(served[0]["id"]), local[cell["id"]], cell["sha256"], out, **fields)
 
 
 def _stage_merged(

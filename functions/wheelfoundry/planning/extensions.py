@@ -71,6 +71,16 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
     return tuple(cells)
 
 
+def stable_builds(cells: tuple[CellSpec, ...]) -> tuple[CellSpec, ...]:
+    """abi "stable": per Python, the cell of the oldest torch in range (its wheel serves the rest), its wheel
+    labelled by the variant alone (``+cu130``, not ``+pt210cu130``): it is not one torch's build."""
+    oldest: dict[str, CellSpec] = {}
+    for cell in cells:
+        if cell.python not in oldest or Version(cell.torch_version) < Version(oldest[cell.python].torch_version):
+            oldest[cell.python] = cell
+    return tuple(dataclasses.replace(c, local_label=re.sub(r"^pt\d+", "", c.local_label)) for c in oldest.values())
+
+
 def oldest_minor(request: ExtensionRequest, catalog: Catalog) -> str:
     """The oldest torch (X.Y) of the request's range: a stable wheel's floor may not be above it."""
     versions = [Version(resolve_version(spec, catalog).torch_version or spec) for spec in request.torch]
@@ -114,6 +124,9 @@ def plan_extension(
         cuda = None if cuda_spec == "cpu" else cuda_spec
         for platform in request.platforms:
             cells = cells_for(request, catalog, cuda, platform)
+            served: tuple[CellSpec, ...] = ()
+            if request.abi == "stable" and cells:  # one build per Python serves the whole range
+                served, cells = cells, stable_builds(cells)
             if cells:
                 arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
                 archs = walltime.arch_count(arch_list) if cuda else 1
@@ -121,10 +134,10 @@ def plan_extension(
                 found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
                 found = found if cost.recorded else right_sized(found, config, platform)
                 found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
-                groups.append((cuda, platform, cells, arch_list, cost, found))
+                groups.append((cuda, platform, cells, arch_list, cost, served, found))
     sizes = [  # each cell wheel's predicted bytes: the layout auto resolves to, by the index's limit
         (c.python, platform, wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0])
-        for cuda, platform, cells, arch_list, cost, _ in groups
+        for cuda, platform, cells, arch_list, cost, _, _ in groups
         for c in cells
     ]
     request, size_note = wheel_size.resolve_layout(request, sizes)
@@ -138,13 +151,16 @@ def plan_extension(
     jobs: list[Job] = []
     notes: list[str] = []
     costs: dict[str, CellCost] = {}
-    for (cuda, platform, cells, arch_list, cost, _), chosen in zip(groups, layout.chosen, strict=True):
+    for (cuda, platform, cells, arch_list, cost, served, _), chosen in zip(groups, layout.chosen, strict=True):
         start = 0
         for part, size in enumerate(walltime.shard_sizes(len(cells), chosen.shards), start=1):
             shard = cells[start : start + size]
             start += size
             suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
-            job = _job(request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix)
+            serves = tuple(c for c in served if c.python in {b.python for b in shard})
+            job = _job(
+                request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix, serves
+            )
             jobs.append(job)
             costs[job.id] = cost
     notes += [size_note] if size_note else []
@@ -237,12 +253,15 @@ def _job(
     cost: CellCost,
     chosen: walltime.Option,
     suffix: str,
+    serves: tuple[CellSpec, ...] = (),
 ) -> Job:
-    """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type."""
+    """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type; ``serves``: with
+    abi "stable", every cell the built wheels serve (the test jobs' cells)."""
     pytorch_index = request.torch_index == "pytorch"
     index_url = TORCH_INDEX.format(variant=variant("cuda" if cuda else "cpu", cuda)) if pytorch_index else None
     # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs).
     cells = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in cells)
+    serves = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in serves)
     name, source = normalize(request.name), request.source
     accelerator = "cuda" if cuda else "cpu"
     tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
@@ -290,6 +309,7 @@ def _job(
         test_requires=request.test.requires if request.test else (),
         abi=request.abi,
         abi_oldest=oldest_minor(request, catalog) if request.abi == "stable" else None,
+        serves=serves,
     )
     pythons = tuple(dict.fromkeys(c.python for c in cells))
     # The extension's own version (plan shows it), not torch's: the cells name the torch releases.

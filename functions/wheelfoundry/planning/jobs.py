@@ -125,6 +125,9 @@ class ExtensionSpec:
     # the oldest torch (X.Y) of the request (wfbuild.wheels.abi.refusals)
     abi: Literal["auto", "per-torch", "stable"] = "auto"
     abi_oldest: str | None = None
+    # abi "stable": every cell the built wheels serve (each torch of the range, per Python), which the test
+    # jobs install them into; empty: the cells themselves
+    serves: tuple[CellSpec, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def plan_tests(builds: tuple[Job, ...], config: FarmConfig) -> tuple[Job, ...]:
     """One test job per (Python, platform) of the extension jobs ``builds``; none for a framework run."""
     groups: dict[tuple[str, str], list[tuple[Job, CellSpec]]] = defaultdict(list)
     for job in builds:
-        for cell in job.extension.cells if job.kind == "extension" and job.extension else ():
+        for cell in (job.extension.serves or job.extension.cells) if job.kind == "extension" and job.extension else ():
             groups[(cell.python, job.platform)].append((job, cell))
     tests = []
     for (python, platform), members in sorted(groups.items()):
