@@ -12,6 +12,8 @@ the watcher's lock installs. Figures: the tick's seconds and what it locked (key
 the last published wheel (report.json's release_day: the tick that started it to the Report step, which runs
 after publishing and signing), the manifest's device code per compiled file, the published bytes' test (the
 test job installs what the channel holds into torch 2.15.0's environment), and the instances left (none).
+A host whose pip configuration caps torch (a constraints file) caps the farm's environments on it too: there,
+run it with ``PIP_CONSTRAINT=/dev/null``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         report = s3_json(s3, bucket, f"runs/{run_id}/report.json")
         out["release_day"] = report.get("release_day")
         out["failed"] = [{k: f.get(k) for k in ("job_id", "error", "cause")} for f in report.get("failed") or []]
+        staged = (report.get("merge") or {}).get("wheels") or []  # each published wheel and the cells it was tested in
+        out["staged"] = [{k: w.get(k) for k in ("filename", "sha256", "cells", "variants")} for w in staged]
         for key in keys(s3, bucket, f"runs/{run_id}/jobs/"):
             if key.endswith("/manifest.json"):
                 manifest = s3_json(s3, bucket, key)
@@ -127,6 +131,7 @@ def table(found: dict[str, Any]) -> list[str]:
         ("device code", json.dumps({c: {f: v.get("sass") for f, v in (r.get("files") or {}).items()}
                                     for c, r in (build.get("device_code") or {}).items()})),
         ("published bytes tested", json.dumps(found.get("tested"))),
+        ("tested in", "; ".join(f"{w['filename']}: {', '.join(w.get('cells') or [])}" for w in found.get("staged") or [])),
         ("published / signed", f"{len(found.get('published') or [])} / {len(found.get('signed') or [])}"),
         ("second tick started", str(found.get("second_tick_runs"))),
         ("instances left", str(found.get("instances_left"))),

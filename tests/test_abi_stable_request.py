@@ -84,3 +84,40 @@ def test_stable_plans_one_build_per_variant_and_python_and_tests_every_torch() -
         tested = sorted(c.id for t in plan.tests for c in t.extension.cells)
         assert len(tested) == 12, (abi, tested)
     assert plans["stable"].hours < plans["per-torch"].hours
+
+
+def _recorded(*readings: tuple[bool, str]) -> dict[str, Any]:
+    """A source's record (wheelfoundry.planning.calibration) whose newest run read these (stable, floor) cells."""
+    old = {"cell": "torch2.9.0-cp312-cpu-x86_64", "run": "r0", "compile_core_hours": 0.1, "serial_hours": 0.01}
+    cells = [{**old, "abi": {"stable": False, "floor": None}}]
+    for n, (stable, floor) in enumerate(readings):
+        cells.append({**old, "cell": f"c{n}", "run": "r1", "abi": {"stable": stable, "floor": floor}})
+    return {"scope": "s", "cells": cells}
+
+
+def test_auto_plans_stable_once_the_newest_recorded_run_read_every_cell_stable() -> None:
+    raw = {**BASE, "torch": ["2.10", "2.11", "2.12"], "cuda": ["cpu"], "python": ["3.12"], "abi": "auto"}
+    del raw["arch_list"]
+    request, catalog, config = parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config()
+
+    def builds(record: dict[str, Any] | None) -> tuple[int, list[str]]:
+        plan = plan_request(request, catalog, config, record=record)
+        return sum(len(j.extension.cells) for j in plan.jobs if j.extension), [n for n in plan.notes if "abi" in n]
+
+    assert builds(None) == (3, [])  # nothing recorded: per torch
+    count, (note,) = builds(_recorded((True, "2.10"), (True, "2.10")))
+    assert count == 1 and "abi auto: planned as stable" in note and "run r1" in note
+    assert builds(_recorded((True, "2.10"), (False, None)))[0] == 3  # one cell per-torch: per torch
+    assert builds(_recorded((True, "2.11")))[0] == 3  # a floor above the range's oldest (2.10): per torch
+
+
+def test_a_runs_record_keeps_each_cells_abi_reading() -> None:
+    from wheelfoundry.planning.calibration import cells_of
+
+    cell = "torch2.12.0-cp312-cpu-x86_64"
+    stages = [{"name": f"build-{cell}", "group": cell, "status": "succeeded", "seconds": 60, "cpu_seconds": 90}]
+    manifest = {"stages": stages, "abi": {cell: {"stable": True, "floor": "2.10", "files": {}}}}
+    (record,) = cells_of({"extension": {"cells": [{"id": cell}]}, "cuda": None}, manifest, load_config())
+    assert record["abi"] == {"stable": True, "floor": "2.10"}
+    (unread,) = cells_of({"extension": {"cells": [{"id": cell}]}, "cuda": None}, {"stages": stages}, load_config())
+    assert "abi" not in unread

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wheelfoundry_cli.main import main
 
 from tests.watch_support import RECORDED
 from tests.workflow.conftest import explained, s3_json, s3_keys, served
 from tests.workflow.test_merged import hide_system_cuda
+from tests.workflow.test_watch import wf
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.testing import assert_no_builds, assert_no_instances, aws, embedded_aws  # noqa: F401
 
@@ -60,12 +60,6 @@ def stack(aws: EmbeddedAws, upstream: str) -> Iterator[DeployedStack]:  # noqa: 
     yield deployed
     assert_no_instances(aws)
     assert_no_builds(aws)
-
-
-def wf(aws: EmbeddedAws, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:  # noqa: F811
-    capsys.readouterr()
-    code = main([*args, "--endpoint-url", aws.endpoint])
-    return code, capsys.readouterr().out
 
 
 def maintainer_queue(aws: EmbeddedAws, stack: DeployedStack) -> str:  # noqa: F811

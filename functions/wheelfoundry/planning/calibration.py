@@ -152,6 +152,9 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
         peaks = [_peak_mib(s) for s in mine if str(s.get("name", "")).startswith("build-")]
         if any(p is not None for p in peaks):  # every attempt's (an OOM-killed one's too): the largest
             record["peak_gib"] = compiler_memory.recorded_gib(max(p for p in peaks if p is not None))
+        reading = (manifest.get("abi") or {}).get(cell.get("id"))  # wfbuild.wheels.abi's: stable, floor
+        if isinstance(reading, Mapping) and isinstance(reading.get("stable"), bool):
+            record["abi"] = {"stable": reading["stable"], "floor": reading.get("floor")}
         sizes = [w.get("size") for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
         if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             record["wheel_bytes"] = max(sizes)
@@ -182,3 +185,23 @@ def updated(
     fresh = [{**c, "run": run} for c in cells]
     kept = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and c.get("run") != run]
     return {"scope": scope, "cells": (kept + fresh)[-KEEP:]}
+
+
+def proven_stable(record: Mapping[str, Any] | None, oldest: str) -> str | None:
+    """Why ``abi: auto`` may plan this source as stable (None: it may not): every cell of the newest recorded run
+    that read its ABI was stable, with a floor no newer than ``oldest`` (X.Y), the request's oldest torch."""
+    cells = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping)]
+    if not cells:
+        return None
+    run = cells[-1].get("run")
+    last = [c["abi"] for c in cells if c.get("run") == run]
+
+    def within(floor: Any) -> bool:
+        try:
+            return tuple(int(x) for x in str(floor).split(".")[:2]) <= tuple(int(x) for x in oldest.split(".")[:2])
+        except ValueError:
+            return False
+
+    if all(a.get("stable") is True and within(a.get("floor")) for a in last):
+        return f"run {run} read its {len(last)} cell(s) stable, floors at most torch {oldest}"
+    return None

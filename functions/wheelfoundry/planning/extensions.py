@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from wheelfoundry.catalog.catalog import Catalog
 from wheelfoundry.catalog.resolve import resolve_version
 from wheelfoundry.config import FarmConfig, InstanceType
-from wheelfoundry.planning import buildenv, compiler_memory, walltime, wheel_size
+from wheelfoundry.planning import buildenv, calibration, compiler_memory, walltime, wheel_size
 from wheelfoundry.planning.calibration import cell_cost
 from wheelfoundry.planning.jobs import (
     CellSpec,
@@ -119,6 +119,10 @@ def plan_extension(
     meeting ``options.max_wall_hours`` needs (wheelfoundry.planning.walltime); ``record``: this source's recorded
     cells (wheelfoundry.planning.calibration), None for the catalog's model; ``profile``: what the source holds, for
     a first run. Also each job's cell cost (for its sizing note, once its executor is known)."""
+    notes: list[str] = []
+    if request.abi == "auto" and (why := calibration.proven_stable(record, oldest_minor(request, catalog))):
+        request = dataclasses.replace(request, abi="stable")  # a recorded build of this source proved it
+        notes.append(f"abi auto: planned as stable, one build per variant and Python ({why})")
     groups = []
     for cuda_spec in request.cuda:
         cuda = None if cuda_spec == "cpu" else cuda_spec
@@ -149,7 +153,6 @@ def plan_extension(
         rails.max_instance_hours,
     )
     jobs: list[Job] = []
-    notes: list[str] = []
     costs: dict[str, CellCost] = {}
     for (cuda, platform, cells, arch_list, cost, served, _), chosen in zip(groups, layout.chosen, strict=True):
         start = 0
