@@ -120,6 +120,18 @@ def abi(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def tested_in(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per test job, the cells whose test of the published bytes passed (its ``test-<cell>`` stages): a stable-ABI
+    wheel's are every torch of its range."""
+    out: dict[str, list[str]] = {}
+    for key, manifest in sorted(manifests.items()):
+        if manifest.get("kind") != "test":
+            continue
+        names = [str(s.get("name", "")) for s in manifest.get("stages") or [] if s.get("status") == "succeeded"]
+        out[str(manifest.get("job_id", key))] = [n.removeprefix("test-") for n in names if n.startswith("test-")]
+    return out
+
+
 def statement(
     wheel: Mapping[str, Any],
     request: Mapping[str, Any],
@@ -146,6 +158,9 @@ def statement(
     held = device_code(manifests)
     if held:  # a CUDA extension's cells: what each compiled file holds (wfbuild.cuda.devicecode)
         byproducts.append({"name": "device_code", "content": _content(held)})
+    tested = tested_in(manifests)
+    if tested:  # the test jobs: the cells (torch x variant x Python) their published bytes were installed in
+        byproducts.append({"name": "tested_in", "content": _content(tested)})
     imports = abi(manifests)
     if imports:  # an extension's cells: stable ABI and floor, or the C++ symbols binding it to one torch
         byproducts.append({"name": "abi", "content": _content(imports)})
