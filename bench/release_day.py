@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
 
 
 def table(found: dict[str, Any]) -> list[str]:
-    day, build = found.get("release_day") or {}, found.get("build") or {}
+    day, build, staged = found.get("release_day") or {}, found.get("build") or {}, found.get("staged") or []
     rows = [
         ("package", f"{found['package']} {found['version']} (PyPI sdist), Python {found['python']}"),
         ("torch releases derived by the tick", ", ".join(found.get("derived") or []) or "-"),
@@ -131,7 +131,7 @@ def table(found: dict[str, Any]) -> list[str]:
         ("device code", json.dumps({c: {f: v.get("sass") for f, v in (r.get("files") or {}).items()}
                                     for c, r in (build.get("device_code") or {}).items()})),
         ("published bytes tested", json.dumps(found.get("tested"))),
-        ("tested in", "; ".join(f"{w['filename']}: {', '.join(w.get('cells') or [])}" for w in found.get("staged") or [])),
+        ("tested in", "; ".join(f"{w['filename']}: {', '.join(w.get('cells') or [])}" for w in staged)),
         ("published / signed", f"{len(found.get('published') or [])} / {len(found.get('signed') or [])}"),
         ("second tick started", str(found.get("second_tick_runs"))),
         ("instances left", str(found.get("instances_left"))),
