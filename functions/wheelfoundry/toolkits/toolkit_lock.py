@@ -26,6 +26,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from wheelfoundry.catalog.wheel_metadata import metadata_requirements
+
 SIMPLE = "https://pypi.org/simple/{}/"
 SIMPLE_JSON = {"Accept": "application/vnd.pypi.simple.v1+json"}
 METAPACKAGE = "cuda-toolkit"
@@ -278,12 +280,8 @@ def resolve(
 def torch_lines(metadata: str, cuda: str) -> list[str]:
     """The toolkit requirement lines of a torch wheel's METADATA, if that wheel was built with CUDA ``cuda``
     (its ``cuda-toolkit==X.Y.Z`` pin, or its ``nvidia-cuda-runtime*`` pin, says which); else none."""
-    head = metadata.split("\n\n", 1)[0]
-    lines = [
-        value.split(";", 1)[0].strip()
-        for key, _, value in (line.partition(": ") for line in head.splitlines())
-        if key == "Requires-Dist" and is_toolkit_line(value)
-    ]
+    head = metadata.split("\n\n", 1)[0]  # the headers: never a description's text
+    lines = [line.split(";", 1)[0].strip() for line in metadata_requirements(head) if is_toolkit_line(line)]
     built = {f"{Version(p).major}.{Version(p).minor}" for p in metapackage_pins(lines)}
     for line in lines:
         req = _requirement(line)
