@@ -39,7 +39,8 @@ def before(raw: dict[str, Any], record: dict[str, Any] | None = None) -> dict[st
     from wheelfoundry.config import load_config
     from wheelfoundry.planning import walltime
     from wheelfoundry.planning.calibration import cell_cost
-    from wheelfoundry.planning.extensions import cells_for, default_arch_list
+    from wheelfoundry.planning.cells import cells_for
+    from wheelfoundry.planning.extensions import default_arch_list
     from wheelfoundry.request.model import ExtensionRequest
     from wheelfoundry.request.request import parse_request
 

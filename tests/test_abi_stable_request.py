@@ -47,7 +47,7 @@ def test_stable_makes_the_abi_reading_the_gate_of_each_cell(cuda: str) -> None:
     contract, stages = _stages("stable", cuda)
     assert contract["extension"]["abi"] == "stable" and contract["extension"]["abi_oldest"] == "2.10"
     (built,) = contract["extension"]["cells"]  # one build, against the oldest torch: its wheel serves 2.10-2.12
-    cell, label = built["id"], "cpu" if cuda == "cpu" else "cu126"
+    cell, label = built["id"], "cpu" if cuda == "cpu" else "cu12"  # the CUDA major's build, not one toolkit's
     assert built["torch_version"].startswith("2.10.") and built["local_label"] == label  # not pt210<variant>
     served = [c["torch_version"].rsplit(".", 1)[0] for c in contract["extension"]["serves"]]
     assert sorted(served) == ["2.10", "2.12"]
@@ -121,3 +121,22 @@ def test_a_runs_record_keeps_each_cells_abi_reading() -> None:
     assert record["abi"] == {"stable": True, "floor": "2.10"}
     (unread,) = cells_of({"extension": {"cells": [{"id": cell}]}, "cuda": None}, {"stages": stages}, load_config())
     assert "abi" not in unread
+
+
+def test_stable_builds_once_per_cuda_major_with_its_oldest_toolkit_and_serves_every_variant() -> None:
+    raw = {**BASE, "torch": ["2.10", "2.11"], "cuda": ["12.8", "12.6", "13.0"], "python": ["3.12"], "abi": "stable"}
+    plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
+    builds = {j.cuda: [(c.torch_version, c.local_label) for c in j.extension.cells] for j in plan.jobs if j.extension}
+    assert {k: [(v.rsplit(".", 1)[0], label) for v, label in cells] for k, cells in builds.items()} == {
+        "12.6": [("2.10", "cu12")],  # 12.6 and 12.8 share one build, with 12.6's toolkit
+        "13.0": [("2.10", "cu13")],
+    }
+    served = {
+        j.cuda: sorted((c.torch_version.rsplit(".", 1)[0], c.cuda) for c in j.extension.serves)
+        for j in plan.jobs
+        if j.extension
+    }
+    assert served["12.6"] == [("2.10", "12.6"), ("2.10", "12.8"), ("2.11", "12.6"), ("2.11", "12.8")]
+    assert served["13.0"] == [("2.10", "13.0"), ("2.11", "13.0")]
+    (tests,) = plan.tests  # one Python: one test job, every torch x variant in it
+    assert sorted(c.cuda or "cpu" for c in tests.extension.cells) == ["12.6", "12.6", "12.8", "12.8", "13.0", "13.0"]

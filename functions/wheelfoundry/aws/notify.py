@@ -33,7 +33,7 @@ def watch_record(s3: Any, bucket: str, run_id: str) -> dict[str, Any] | None:
 
 
 def cell_id(cell: Mapping[str, Any]) -> str:
-    """A run record's cell as the run's jobs name it (extensions.cells_for): torch2.15.0-cp312-cpu-x86_64."""
+    """A run record's cell as the run's jobs name it (planning.cells.cells_for): torch2.15.0-cp312-cpu-x86_64."""
     from wheelfoundry.request.targets import target_id  # here: the Report handler's cold import stays catalog-free
 
     cuda = cell.get("cuda")

@@ -2,8 +2,9 @@
 
 One corridor, ``planning.plan_request``, in the order it runs:
 1. the jobs: ``planning.framework_jobs`` (a framework request, with ``buildenv``'s environment contract,
-   ``sizing`` and ``framework_wall``) or ``extensions.plan_extension`` (an extension's cells packed onto
-   hosts by ``walltime``, priced by ``calibration``, ``source_profile`` and ``compiler_memory``, laid out by
+   ``sizing`` and ``framework_wall``) or ``extensions.plan_extension`` (an extension's cells, grouped into
+   builds by ``cells``: per torch, or once per CUDA major on the stable ABI; packed onto hosts by
+   ``walltime``, priced by ``calibration``, ``source_profile`` and ``compiler_memory``, laid out by
    ``wheel_size``);
 2. ``executors.assign_all``: EC2 or CodeBuild, per job (``quotas``, whether the account's vCPUs fit, is
    asked after the plan, by the AWS side);

@@ -19,10 +19,11 @@ from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelfoundry.catalog.catalog import Catalog
-from wheelfoundry.catalog.resolve import resolve_version
 from wheelfoundry.config import FarmConfig, InstanceType
 from wheelfoundry.planning import buildenv, calibration, compiler_memory, walltime, wheel_size
 from wheelfoundry.planning.calibration import cell_cost
+from wheelfoundry.planning.cells import build_groups, oldest_minor
+from wheelfoundry.planning.cells import index_url as torch_index_url
 from wheelfoundry.planning.jobs import (
     CellSpec,
     Estimate,
@@ -35,57 +36,12 @@ from wheelfoundry.planning.jobs import (
 from wheelfoundry.planning.sizing import choose_instance, ec2_usd_per_hour, max_jobs
 from wheelfoundry.planning.source_profile import SourceProfile
 from wheelfoundry.planning.walltime import CellCost
-from wheelfoundry.request import exclusions
 from wheelfoundry.request.model import ExtensionRequest, ExtensionSource
 from wheelfoundry.request.targets import target_id, variant
-
-TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, platform: str) -> tuple[CellSpec, ...]:
-    """The cells of one (platform, CUDA toolkit): every torch release x the Pythons it supports."""
-    accelerator = "cuda" if cuda else "cpu"
-    label = variant(accelerator, cuda)
-    tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
-    cells = []
-    for spec in request.torch:
-        resolved = resolve_version(spec, catalog)
-        torch_version = resolved.torch_version or spec
-        parsed = Version(torch_version)
-        for python in (p for p in request.python if p in resolved.python):
-            if exclusions.excluded(request.exclude, torch=spec, cuda=cuda or "cpu", python=python, platform=platform):
-                continue
-            cells.append(
-                CellSpec(
-                    id=f"torch{torch_version}-cp{python.replace('.', '')}-{tid}",
-                    torch_version=torch_version,
-                    python=python,
-                    local_label=f"pt{parsed.major}{parsed.minor}{label}",
-                    build_id=f"torch{parsed.major}.{parsed.minor}-{label}",
-                )
-            )
-    return tuple(cells)
-
-
-def stable_builds(cells: tuple[CellSpec, ...]) -> tuple[CellSpec, ...]:
-    """abi "stable": per Python, the cell of the oldest torch in range (its wheel serves the rest), its wheel
-    labelled by the variant alone (``+cu130``, not ``+pt210cu130``): it is not one torch's build."""
-    oldest: dict[str, CellSpec] = {}
-    for cell in cells:
-        if cell.python not in oldest or Version(cell.torch_version) < Version(oldest[cell.python].torch_version):
-            oldest[cell.python] = cell
-    return tuple(dataclasses.replace(c, local_label=re.sub(r"^pt\d+", "", c.local_label)) for c in oldest.values())
-
-
-def oldest_minor(request: ExtensionRequest, catalog: Catalog) -> str:
-    """The oldest torch (X.Y) of the request's range: a stable wheel's floor may not be above it."""
-    versions = [Version(resolve_version(spec, catalog).torch_version or spec) for spec in request.torch]
-    oldest = min(versions)
-    return f"{oldest.major}.{oldest.minor}"
 
 
 def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, platform: str) -> str:
@@ -122,23 +78,17 @@ def plan_extension(
     notes: list[str] = []
     if request.abi == "auto" and (why := calibration.proven_stable(record, oldest_minor(request, catalog))):
         request = dataclasses.replace(request, abi="stable")  # a recorded build of this source proved it
-        notes.append(f"abi auto: planned as stable, one build per variant and Python ({why})")
+        notes.append(f"abi auto: planned as stable, one build per CUDA major and Python ({why})")
     groups = []
-    for cuda_spec in request.cuda:
-        cuda = None if cuda_spec == "cpu" else cuda_spec
-        for platform in request.platforms:
-            cells = cells_for(request, catalog, cuda, platform)
-            served: tuple[CellSpec, ...] = ()
-            if request.abi == "stable" and cells:  # one build per Python serves the whole range
-                served, cells = cells, stable_builds(cells)
-            if cells:
-                arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
-                archs = walltime.arch_count(arch_list) if cuda else 1
-                cost = cell_cost(bool(cuda), archs, config, record, profile)
-                found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
-                found = found if cost.recorded else right_sized(found, config, platform)
-                found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
-                groups.append((cuda, platform, cells, arch_list, cost, served, found))
+    for cuda, platform, cells, served in build_groups(request, catalog):
+        if cells:
+            arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
+            archs = walltime.arch_count(arch_list) if cuda else 1
+            cost = cell_cost(bool(cuda), archs, config, record, profile)
+            found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)
+            found = found if cost.recorded else right_sized(found, config, platform)
+            found = [o for o in found if o.wall <= request.options.max_hours] or found  # the Build timeout
+            groups.append((cuda, platform, cells, arch_list, cost, served, found))
     sizes = [  # each cell wheel's predicted bytes: the layout auto resolves to, by the index's limit
         (c.python, platform, wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0])
         for cuda, platform, cells, arch_list, cost, _, _ in groups
@@ -260,11 +210,10 @@ def _job(
 ) -> Job:
     """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type; ``serves``: with
     abi "stable", every cell the built wheels serve (the test jobs' cells)."""
-    pytorch_index = request.torch_index == "pytorch"
-    index_url = TORCH_INDEX.format(variant=variant("cuda" if cuda else "cpu", cuda)) if pytorch_index else None
-    # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs).
+    index_url = torch_index_url(request, cuda)
+    # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs); so do
+    # the cells a stable build serves (build_groups)
     cells = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in cells)
-    serves = tuple(dataclasses.replace(c, cuda=cuda, torch_index_url=index_url) for c in serves)
     name, source = normalize(request.name), request.source
     accelerator = "cuda" if cuda else "cpu"
     tid = target_id({"platform": platform, "accelerator": accelerator, "cuda": cuda})
