@@ -202,3 +202,23 @@ def test_plan_says_what_each_layout_does_when_the_merged_wheel_fails_its_test(tm
         shown[layout] = " ".join(result.stdout.split())
     assert "a merged wheel that fails the test of its published bytes gives way to the cell wheels" in shown["auto"]
     assert "or the merged wheel fails its test" in shown["merged"], shown["merged"]
+
+
+def test_plan_of_a_stable_request_shows_it_against_per_torch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = json.loads((ROOT / "examples/requests/extension-cuda-12.4.json").read_text())
+    raw = {**request, "torch": ["2.10", "2.11"], "cuda": ["cpu", "12.6", "12.8"], "python": ["3.11", "3.12"]}
+    path = tmp_path / "stable.json"
+    path.write_text(json.dumps({**raw, "abi": "stable"}))
+    capsys.readouterr()
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    stable = next(line for line in out.splitlines() if line.startswith("abi stable: "))
+    per_torch = next(line for line in out.splitlines() if line.strip().startswith("per torch: "))
+    # cpu and cu12 (12.6 with 12.8) x 2 Pythons, once; per torch: 2 torch x 3 variants x 2 Pythons. Tests: all 12.
+    assert stable.startswith("abi stable: 4 build cell(s) in 2 job(s), 12 test environment(s)"), stable
+    assert per_torch.strip().startswith("per torch: 12 build cell(s) in 3 job(s), 12 test environment(s)"), per_torch
+    path.write_text(json.dumps({**raw, "abi": "per-torch"}))
+    assert main(["plan", str(path)]) == 0
+    assert "abi stable:" not in capsys.readouterr().out

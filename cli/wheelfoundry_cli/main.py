@@ -25,7 +25,7 @@ from wheelfoundry.toolkits import stack_toolkits
 from wheelfoundry_cli.catalog_commands import add_catalog_commands
 from wheelfoundry_cli.newer_torch import Found, catalog_for, newer_minors
 from wheelfoundry_cli.quota_check import add_quota_flags, quota_lines
-from wheelfoundry_cli.render import render_dry_run, render_plan
+from wheelfoundry_cli.render import abi_lines, render_dry_run, render_plan
 from wheelfoundry_cli.request_flags import add_builder_flags, build_raw_request
 
 
@@ -49,6 +49,11 @@ def _plan_command(args: argparse.Namespace) -> int:
         print(render_dry_run(plan, explain=args.explain) + size_lines)
     else:
         print(render_plan(plan, explain=args.explain) + size_lines)
+    if not args.json and any(
+        j.extension and j.extension.abi == "stable" for j in plan.jobs
+    ):  # built once: vs per torch
+        per_torch = parse_request({**raw, "abi": "per-torch"}, catalog, config)
+        print("\n".join(abi_lines(plan, plan_request(per_torch, catalog, config, record=record, profile=profile))))
     if not args.json:
         print("\n" + "\n".join(checked))
         if newer:

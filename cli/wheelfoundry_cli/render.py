@@ -211,3 +211,17 @@ def _dry_run_images(plan: Plan) -> list[str]:
         out.append(f"runs on: codebuild {image.compute_type} privileged (after PublishIndex)")
         out += runtime_image.render_job(contract, "<runtime-repository>", digest)
     return out
+
+
+def abi_lines(stable: Plan, per_torch: Plan) -> list[str]:
+    """A stable-ABI plan against the same request built per torch: build cells, test environments, hours, dollars."""
+
+    def figures(plan: Plan) -> str:
+        builds = sum(len(j.extension.cells) for j in plan.jobs if j.extension)
+        tests = sum(len(t.extension.cells) for t in plan.tests if t.extension)
+        return (
+            f"{builds} build cell(s) in {len(plan.jobs)} job(s), {tests} test environment(s), "
+            f"{plan.hours:.2f} instance-h, {plan.wall_hours:.2f} h wall, {plan.usd:.2f} USD"
+        )
+
+    return ["", f"abi stable: {figures(stable)}", f"  per torch: {figures(per_torch)}"]
