@@ -72,6 +72,19 @@ def test_the_installed_torch_headers_give_each_shim_its_release() -> None:
     assert table["aoti_torch_get_dtype"] is None  # declared outside any guard: older than the versioning
 
 
+def test_a_cells_thin_env_finds_its_torch_headers_in_the_cached_env_it_layers(tmp_path: Path) -> None:
+    # the abi stage is given the cell's env: a thin venv whose _wf_base.pth adds the cached env's site-packages
+    headers = tmp_path / "cached/lib/python3.11/site-packages/torch/include"
+    headers.mkdir(parents=True)
+    site = tmp_path / "thin/lib/python3.11/site-packages"
+    site.mkdir(parents=True)
+    assert shims.include_dir(tmp_path / "thin") is None
+    line = f"import site; site.addsitedir({json.dumps(str(headers.parents[1]))})\n"
+    (site / "_wf_base.pth").write_text(line)
+    assert shims.include_dir(tmp_path / "thin") == headers
+    assert shims.include_dir(tmp_path / "cached") == headers
+
+
 def test_guards_nest_and_an_else_branch_is_the_older_torch() -> None:
     text = (
         "#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_11_0\nAOTI_TORCH_EXPORT AOTITorchError\ntorch_new(int x);\n"

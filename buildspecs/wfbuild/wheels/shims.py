@@ -10,10 +10,14 @@ raises a floor. The headers of the build env are the right ones: a file can only
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from wfbuild.envs import BASE_PTH
+
 SHIM_FOLDERS = ("torch/csrc/stable", "torch/csrc/inductor/aoti_torch")
+BASE_SITE = re.compile(r'addsitedir\((".*")\)')  # _wf_base.pth's line (wfbuild.envs.link_base): a JSON string
 GUARD = re.compile(r"^\s*#\s*if\s+TORCH_FEATURE_VERSION\s*>=\s*TORCH_VERSION_(\d+)_(\d+)_\d+\s*(?://.*)?$")
 OPENS = re.compile(r"^\s*#\s*if(?:n?def)?\b")
 SWITCHES = re.compile(r"^\s*#\s*(?:else|elif)\b")
@@ -27,9 +31,17 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def include_dir(env_dir: Path) -> Path | None:
-    """``<env>/lib/python3.X/site-packages/torch/include``: the cell env's torch headers (None: no torch)."""
-    found = sorted(env_dir.glob("lib/python3*/site-packages/torch/include"))
-    return found[0] if found else None
+    """``<env>/lib/python3.X/site-packages/torch/include``: the cell env's torch headers (None: no torch). A cell's
+    env is a thin venv over a cached one (wfbuild.envs.thin_env): its torch is in the site-packages its
+    ``_wf_base.pth`` adds."""
+    for site in sorted(env_dir.glob("lib/python3*/site-packages")):
+        if (site / "torch" / "include").is_dir():
+            return site / "torch" / "include"
+        base = site / BASE_PTH
+        added = BASE_SITE.search(base.read_text(encoding="utf-8")) if base.is_file() else None
+        if added and (Path(json.loads(added[1])) / "torch" / "include").is_dir():
+            return Path(json.loads(added[1])) / "torch" / "include"
+    return None
 
 
 def header_versions(text: str) -> dict[str, str | None]:
