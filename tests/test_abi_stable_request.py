@@ -47,7 +47,7 @@ def test_stable_makes_the_abi_reading_the_gate_of_each_cell(cuda: str) -> None:
     contract, stages = _stages("stable", cuda)
     assert contract["extension"]["abi"] == "stable" and contract["extension"]["abi_oldest"] == "2.10"
     (built,) = contract["extension"]["cells"]  # one build, against the oldest torch: its wheel serves 2.10-2.12
-    cell, label = built["id"], "cpu" if cuda == "cpu" else "cu12"  # the CUDA major's build, not one toolkit's
+    cell, label = built["id"], "abi210cpu" if cuda == "cpu" else "abi210cu12"  # its floor and CUDA major
     assert built["torch_version"].startswith("2.10.") and built["local_label"] == label  # not pt210<variant>
     served = [c["torch_version"].rsplit(".", 1)[0] for c in contract["extension"]["serves"]]
     assert sorted(served) == ["2.10", "2.12"]
@@ -86,12 +86,13 @@ def test_stable_plans_one_build_per_variant_and_python_and_tests_every_torch() -
     assert plans["stable"].hours < plans["per-torch"].hours
 
 
-def _recorded(*readings: tuple[bool, str]) -> dict[str, Any]:
+def _recorded(*readings: tuple[bool, str | None], source: str = BASE["source"]["s3"]) -> dict[str, Any]:
     """A source's record (wheelfoundry.planning.calibration) whose newest run read these (stable, floor) cells."""
     old = {"cell": "torch2.9.0-cp312-cpu-x86_64", "run": "r0", "compile_core_hours": 0.1, "serial_hours": 0.01}
-    cells = [{**old, "abi": {"stable": False, "floor": None}}]
+    cells = [{**old, "abi": {"stable": False, "floor": None, "source": source}}]
     for n, (stable, floor) in enumerate(readings):
-        cells.append({**old, "cell": f"c{n}", "run": "r1", "abi": {"stable": stable, "floor": floor}})
+        reading = {"stable": stable, "floor": floor, "source": source}
+        cells.append({**old, "cell": f"c{n}", "run": "r1", "cuda": False, "abi": reading})
     return {"scope": "s", "cells": cells}
 
 
@@ -109,6 +110,8 @@ def test_auto_plans_stable_once_the_newest_recorded_run_read_every_cell_stable()
     assert count == 1 and "abi auto: planned as stable" in note and "run r1" in note
     assert builds(_recorded((True, "2.10"), (False, None)))[0] == 3  # one cell per-torch: per torch
     assert builds(_recorded((True, "2.11")))[0] == 3  # a floor above the range's oldest (2.10): per torch
+    other = "s3://your-stack-bucket/sources/my-ext-0.9.tar.gz"  # another version of the source proves nothing
+    assert builds(_recorded((True, "2.10"), source=other))[0] == 3
 
 
 def test_a_runs_record_keeps_each_cells_abi_reading() -> None:
@@ -117,8 +120,9 @@ def test_a_runs_record_keeps_each_cells_abi_reading() -> None:
     cell = "torch2.12.0-cp312-cpu-x86_64"
     stages = [{"name": f"build-{cell}", "group": cell, "status": "succeeded", "seconds": 60, "cpu_seconds": 90}]
     manifest = {"stages": stages, "abi": {cell: {"stable": True, "floor": "2.10", "files": {}}}}
-    (record,) = cells_of({"extension": {"cells": [{"id": cell}]}, "cuda": None}, manifest, load_config())
-    assert record["abi"] == {"stable": True, "floor": "2.10"}
+    ext = {"cells": [{"id": cell}], "source_s3": "s3://b/sources/x-1.0.tar.gz"}
+    (record,) = cells_of({"extension": ext, "cuda": None}, manifest, load_config())
+    assert record["abi"] == {"stable": True, "floor": "2.10", "source": "s3://b/sources/x-1.0.tar.gz"}
     (unread,) = cells_of({"extension": {"cells": [{"id": cell}]}, "cuda": None}, {"stages": stages}, load_config())
     assert "abi" not in unread
 
@@ -128,8 +132,8 @@ def test_stable_builds_once_per_cuda_major_with_its_oldest_toolkit_and_serves_ev
     plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
     builds = {j.cuda: [(c.torch_version, c.local_label) for c in j.extension.cells] for j in plan.jobs if j.extension}
     assert {k: [(v.rsplit(".", 1)[0], label) for v, label in cells] for k, cells in builds.items()} == {
-        "12.6": [("2.10", "cu12")],  # 12.6 and 12.8 share one build, with 12.6's toolkit
-        "13.0": [("2.10", "cu13")],
+        "12.6": [("2.10", "abi210cu12")],  # 12.6 and 12.8 share one build, with 12.6's toolkit
+        "13.0": [("2.10", "abi210cu13")],
     }
     served = {
         j.cuda: sorted((c.torch_version.rsplit(".", 1)[0], c.cuda) for c in j.extension.serves)
@@ -140,3 +144,25 @@ def test_stable_builds_once_per_cuda_major_with_its_oldest_toolkit_and_serves_ev
     assert served["13.0"] == [("2.10", "13.0"), ("2.11", "13.0")]
     (tests,) = plan.tests  # one Python: one test job, every torch x variant in it
     assert sorted(c.cuda or "cpu" for c in tests.extension.cells) == ["12.6", "12.6", "12.8", "12.8", "13.0", "13.0"]
+
+
+def test_stable_builds_each_python_with_the_oldest_torch_any_variant_of_the_major_offers() -> None:
+    # 12.6 leaves Python 3.13 out (an exclude, as a subscription's covered cells are): 12.8 builds it, and serves it
+    raw = {**BASE, "torch": ["2.10", "2.11"], "cuda": ["12.6", "12.8"], "python": ["3.12", "3.13"], "abi": "stable"}
+    raw["exclude"] = [{"cuda": "12.6", "python": "3.13"}]
+    plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
+    built = {(j.cuda, c.python) for j in plan.jobs if j.extension for c in j.extension.cells}
+    assert built == {("12.6", "3.12"), ("12.8", "3.13")}
+    served = {(c.cuda, c.python) for j in plan.jobs if j.extension for c in j.extension.serves}
+    assert served == {("12.6", "3.12"), ("12.8", "3.12"), ("12.8", "3.13")}
+    tested = sorted((c.cuda, c.python) for t in plan.tests if t.extension for c in t.extension.cells)
+    assert tested == sorted([("12.6", "3.12"), ("12.8", "3.12"), ("12.8", "3.13")] * 2)  # x torch 2.10, 2.11
+
+
+def test_a_stable_cu12_build_serving_newer_gpus_adds_ptx_for_its_newest_arch() -> None:
+    raw = {**BASE, "torch": ["2.10"], "cuda": ["12.6", "12.8"], "python": ["3.12"], "abi": "stable"}
+    del raw["arch_list"]
+    plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
+    (job,) = plan.jobs
+    assert job.arch_list is not None and job.arch_list.endswith("9.0+PTX"), job.arch_list
+    assert any("also serves GPUs it cannot compile for" in n for n in plan.notes), plan.notes

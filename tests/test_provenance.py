@@ -112,18 +112,16 @@ def test_a_job_that_fetched_no_source_adds_no_source_dependency() -> None:
 
 
 def test_the_cells_a_test_job_passed_the_published_bytes_in_are_a_byproduct() -> None:
-    stages = [{"name": f"test-torch{v}-cp311-cpu-x86_64", "status": "succeeded"} for v in ("2.10.0", "2.11.0")]
-    stages += [
-        {"name": "test-torch2.12.0-cp311-cpu-x86_64", "status": "failed"},
-        {"name": "fetch-staged", "status": "succeeded"},
-    ]
-    tested = {"job_id": "wf-example-ops-test-cp311-x86_64", "kind": "test", "stages": stages}
+    # the test job's manifest lists each wheel it tested with the cells its test passed in (its smoke record)
+    cells = ["torch2.10.0-cp311-cpu-x86_64", "torch2.11.0-cp311-cpu-x86_64"]
+    wheels = [{"name": NAME, "smoke": "passed", "tested_cells": cells}, {"name": "other.whl", "tested_cells": ["x"]}]
+    tested = {"job_id": "wf-example-ops-test-cp311-x86_64", "kind": "test", "wheels": wheels}
     manifests = {"runs/r1/jobs/j/manifest.json": MANIFEST, "runs/r1/jobs/t/manifest.json": tested}
     stmt = provenance.statement({"filename": NAME, "sha256": "00" * 32}, REQUEST, manifests, BUILDER, RUN)
     (found,) = [b for b in stmt["predicate"]["runDetails"]["byproducts"] if b["name"] == "tested_in"]
-    assert json.loads(base64.b64decode(found["content"])) == {
-        "wf-example-ops-test-cp311-x86_64": ["torch2.10.0-cp311-cpu-x86_64", "torch2.11.0-cp311-cpu-x86_64"]
-    }
+    assert json.loads(base64.b64decode(found["content"])) == {"wf-example-ops-test-cp311-x86_64": cells}
+    alone = provenance.statement({"filename": "third.whl", "sha256": "00" * 32}, REQUEST, manifests, BUILDER, RUN)
+    assert "tested_in" not in [b["name"] for b in alone["predicate"]["runDetails"]["byproducts"]]
 
 
 def test_a_good_signature_passes() -> None:

@@ -56,7 +56,7 @@ def test_a_stable_wheel_is_built_once_tested_on_each_torch_and_published_once(
 
     (key,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-stable/") if k.endswith(".whl")]
     name = key.rsplit("/", 1)[1]
-    assert name.startswith("wf_stable-0.1.0+cpu-cp311-cp311-"), name  # one wheel, labelled by its variant only
+    assert name.startswith("wf_stable-0.1.0+abi213cpu-cp311-cp311-"), name  # one wheel: its floor and variant
     body = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key=key)["Body"].read()
     with zipfile.ZipFile(io.BytesIO(body)) as archive:
         (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]

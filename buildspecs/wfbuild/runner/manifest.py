@@ -147,6 +147,10 @@ def wheels(work: Path, job: dict[str, Any] | None = None) -> list[dict[str, Any]
             "requires_dist": info.requires_dist,
             "smoke": "passed" if smoke and smoke.get("passed") else ("failed" if smoke else "not run"),
         }
+        if smoke and isinstance(smoke.get("cells"), dict):  # a test job's: each cell it installed and tested it in
+            entry["tested_cells"] = sorted(
+                c for c, r in smoke["cells"].items() if isinstance(r, dict) and r.get("passed")
+            )
         if cp_dir is not path.parent:
             cell = cells.get((cp_dir.name, path.parent.name))
             entry["cell"] = cell

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from wfbuild import hostfiles, hostinfo
 from wfbuild.compiling import compile_records, compiler_cache
@@ -115,7 +116,7 @@ class Job:
                 # a CUDA lock of the stack's (the watcher wrote it): the image is made with it, byte-checked
                 bundle = stack_lock.image_bundle(stack_lock.s3_get, self.job, self.bundle, self.work)
                 image = container.ensure_image(self.job, bundle, self.runner, self.work, self.region, self.environ)
-            except (OSError, RuntimeError, stack_lock.StackLockError) as exc:
+            except (OSError, RuntimeError, stack_lock.StackLockError, BotoCoreError, ClientError) as exc:
                 self.log.note(f"no builder image: {exc}")
                 self.results.append(self._result(Stage("image", [], {}), "failed", started, None, [], str(exc)))
                 fatal_failed = True

@@ -92,7 +92,7 @@ def _post(
         if ext.get("label_wheels", True):
             repair += ["--local-label", safety.check(safety.LABEL, cell["local_label"], "extension.cells.local_label")]
         if ext.get("abi") == "stable":  # one wheel for the range: torch>=its oldest, which the test jobs cover
-            repair += ["--torch-floor", safety.check(safety.MINOR, ext.get("abi_oldest") or "", "abi_oldest")]
+            repair += ["--torch-floor", stable_floor(cell)]
         else:
             repair += ["--pin-torch", cell["torch_version"]]  # torch>=X.Y,<X.Y+1 in the bytes smoke and tests see
     smoke = ["--python", python, "--wheel-dir", wheels, "--work-dir", smoke_dir]
@@ -223,18 +223,26 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
     return stages
 
 
+def stable_floor(cell: dict[str, Any]) -> str:
+    """A stable build cell's torch (X.Y): the oldest torch of the cells its wheel serves for its Python (the
+    planner builds each against that one), so the floor it may have and the torch>= its wheel requires."""
+    version = str(cell["torch_version"]).split("+")[0].split(".")
+    return safety.check(safety.MINOR, ".".join(version[:2]), "extension.cells.torch_version")
+
+
 def _abi(p: Paths, cell: dict[str, Any], name: str, src: str, built: str, ext: dict[str, Any]) -> Stage:
     """wfbuild.wheels.abi: what the cell's compiled files import (stable ABI or per-torch, the floor), recorded under
     meta/abi/ for the manifest. It refuses nothing, so the cell's later stages do not wait on it, unless the
-    request says ``abi: stable``: then it refuses a per-torch file or a floor above the request's oldest torch."""
+    request says ``abi: stable``: then it refuses a per-torch file or a floor above the cell's torch, the oldest its
+    wheel serves for its Python."""
     cid, key = cell["id"], cell_key(cell)
     argv = tool(
         "wheels.abi",
         *("--in-dir", f"{p.raw(name, cell['python'])}/{key}", "--cell", cid, "--torch-version", key[len("torch") :]),
         *("--env-dir", _cell_env(p, cell), "--out", f"{p.work}/meta/abi/{cid}.json", "--src", src),
     )
-    if ext.get("abi") == "stable":  # refused unless stable, with a floor no newer than the request's oldest torch
-        argv += ["--require-stable", safety.check(safety.MINOR, ext.get("abi_oldest") or "", "abi_oldest")]
+    if ext.get("abi") == "stable":  # refused unless stable, with a floor no newer than the oldest torch it serves
+        argv += ["--require-stable", stable_floor(cell)]
     return Stage(f"abi-{cid}", argv, {}, name, cell["python"], False, needs=(built,), group=cid, offline=True)
 
 

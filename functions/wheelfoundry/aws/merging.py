@@ -29,8 +29,8 @@ from wheelfoundry.aws.results import safe_wheel_name
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 STABLE = (
-    "abi stable: one wheel per variant and Python serves every torch of the range, installed and tested in each "
-    "(Requires-Dist torch>= the range's oldest)"
+    "abi stable: one wheel per CUDA major and Python serves every torch and variant of the major in the range, "
+    "installed and tested in each (Requires-Dist torch>= the oldest it serves)"
 )
 
 
@@ -212,7 +212,7 @@ def _stage_cells(
     for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
         served = cell.get("serves") or [cell]  # abi "stable": the range's cells of its Python, each tested
         fields = {"cells": [c["id"] for c in served], "builds": [cell["build_id"]]}
-        fields["variants"] = sorted({variant_of(c) for c in served}, key=lambda v: Version(v[6:].split("+")[0]))
+        fields["variants"] = sorted({variant_of(c) for c in served}, key=lambda v: (Version(v[6:].split("+")[0]), v))
         _stage(s3, bucket, serving.get(served[0]["id"]), local[cell["id"]], cell["sha256"], out, **fields)
 
 

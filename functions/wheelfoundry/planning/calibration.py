@@ -154,7 +154,7 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
             record["peak_gib"] = compiler_memory.recorded_gib(max(p for p in peaks if p is not None))
         reading = (manifest.get("abi") or {}).get(cell.get("id"))  # wfbuild.wheels.abi's: stable, floor
         if isinstance(reading, Mapping) and isinstance(reading.get("stable"), bool):
-            record["abi"] = {"stable": reading["stable"], "floor": reading.get("floor")}
+            record["abi"] = {"stable": reading["stable"], "floor": reading.get("floor"), "source": source_id(ext)}
         sizes = [w.get("size") for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
         if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             record["wheel_bytes"] = max(sizes)
@@ -187,13 +187,28 @@ def updated(
     return {"scope": scope, "cells": (kept + fresh)[-KEEP:]}
 
 
-def proven_stable(record: Mapping[str, Any] | None, oldest: str) -> str | None:
-    """Why ``abi: auto`` may plan this source as stable (None: it may not): every cell of the newest recorded run
-    that read its ABI was stable, with a floor no newer than ``oldest`` (X.Y), the request's oldest torch."""
-    cells = [c for c in (record or {}).get("cells", []) if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping)]
+def source_id(ext: Mapping[str, Any]) -> str:
+    """The exact source a recorded reading is of: the sdist's S3 URI (its key names its digest), or repo@ref."""
+    return str(ext.get("source_s3") or f"{ext.get('source_git')}@{ext.get('source_ref')}")
+
+
+def proven_stable(
+    record: Mapping[str, Any] | None, oldest: str, source: str, kinds: frozenset[bool] = frozenset({False})
+) -> str | None:
+    """Why ``abi: auto`` may plan this source as stable (None: it may not): the newest recorded run of this very
+    ``source`` read every cell stable, with a floor no newer than ``oldest`` (X.Y), the request's oldest torch,
+    and it built each kind the request asks for (``kinds``: CUDA or not). A record is kept per source origin
+    (a repository, a PyPI project): another version's reading proves nothing."""
+    cells = [
+        c
+        for c in (record or {}).get("cells", [])
+        if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping) and c["abi"].get("source") == source
+    ]
     if not cells:
         return None
     run = cells[-1].get("run")
+    if not kinds <= {bool(c.get("cuda")) for c in cells if c.get("run") == run}:
+        return None
     last = [c["abi"] for c in cells if c.get("run") == run]
 
     def within(floor: Any) -> bool:

@@ -52,9 +52,10 @@ Group = tuple[str | None, str, tuple[CellSpec, ...], tuple[CellSpec, ...]]
 
 def build_groups(request: ExtensionRequest, catalog: Catalog) -> list[Group]:
     """(CUDA or None, platform, cells to build, cells their wheels serve) per group of one job's toolkit. abi
-    "stable": one group per (CUDA major, platform), built with the request's oldest toolkit of that major (a
-    cu126 build runs on 12.8's runtime too) against the range's oldest torch; its wheels serve every cell of
-    that major, each with its own CUDA and torch index (the test jobs' environments)."""
+    "stable": per (CUDA major, platform) and Python one cell is built, against the oldest torch any variant of
+    the major offers that Python, with the oldest toolkit offering it (a cu126 build runs on 12.8's runtime
+    too); its wheel serves every cell of that Python and major, each with its own CUDA and torch index (the
+    test jobs' environments)."""
     found = [
         (
             None if spec == "cpu" else spec,
@@ -66,19 +67,32 @@ def build_groups(request: ExtensionRequest, catalog: Catalog) -> list[Group]:
     ]
     if request.abi != "stable":
         return [(cuda, platform, cells, ()) for cuda, platform, cells in found]
-    majors: dict[tuple[str, str], list[tuple[str | None, tuple[CellSpec, ...]]]] = {}
+    majors: dict[tuple[str, str], list[tuple[str | None, CellSpec]]] = {}
     for cuda, platform, cells in found:
-        if cells:
-            majors.setdefault((cuda.split(".")[0] if cuda else "cpu", platform), []).append((cuda, cells))
+        for cell in cells:
+            majors.setdefault((cuda.split(".")[0] if cuda else "cpu", platform), []).append((cuda, cell))
     out: list[Group] = []
     for (major, where), members in majors.items():
-        members.sort(key=lambda m: Version(m[0] or "0"))
-        cuda, cells = members[0]
-        served = tuple(
-            dataclasses.replace(c, cuda=v, torch_index_url=index_url(request, v)) for v, cs in members for c in cs
-        )
-        out.append((cuda, where, stable_builds(cells, "cpu" if cuda is None else f"cu{major}"), served))
+        members.sort(key=lambda m: (Version(m[0] or "0"), Version(m[1].torch_version)))  # oldest toolkit first
+        built: dict[str | None, list[CellSpec]] = {}
+        served: dict[str | None, list[CellSpec]] = {}
+        for python in dict.fromkeys(cell.python for _, cell in members):
+            mine = [(v, c) for v, c in members if c.python == python]
+            oldest = min(Version(c.torch_version) for _, c in mine)
+            builder, cell = next((v, c) for v, c in mine if Version(c.torch_version) == oldest)
+            built.setdefault(builder, []).append(dataclasses.replace(cell, local_label=stable_label(cell, major)))
+            served.setdefault(builder, []).extend(
+                dataclasses.replace(c, cuda=v, torch_index_url=index_url(request, v)) for v, c in mine
+            )
+        out += [(cuda, where, tuple(cells), tuple(served[cuda])) for cuda, cells in built.items()]
     return out
+
+
+def stable_label(cell: CellSpec, major: str) -> str:
+    """A stable wheel's local label: its floor and CUDA major (``abi210cu13``, ``abi213cpu``), not one torch's or one
+    toolkit's (``pt210cu130``). The floor keeps a later build for a newer range from reusing the name."""
+    release = Version(cell.torch_version).release
+    return f"abi{release[0]}{release[1]}{'cpu' if major == 'cpu' else 'cu' + major}"
 
 
 def index_url(request: ExtensionRequest, cuda: str | None) -> str | None:
@@ -88,16 +102,6 @@ def index_url(request: ExtensionRequest, cuda: str | None) -> str | None:
         if request.torch_index == "pytorch"
         else None
     )
-
-
-def stable_builds(cells: tuple[CellSpec, ...], label: str) -> tuple[CellSpec, ...]:
-    """abi "stable": per Python, the cell of the oldest torch in range (its wheel serves the rest), its wheel
-    labelled by ``label`` alone (``+cu13``, not ``+pt210cu130``): it is not one torch's or one toolkit's build."""
-    oldest: dict[str, CellSpec] = {}
-    for cell in cells:
-        if cell.python not in oldest or Version(cell.torch_version) < Version(oldest[cell.python].torch_version):
-            oldest[cell.python] = cell
-    return tuple(dataclasses.replace(c, local_label=label) for c in oldest.values())
 
 
 def oldest_minor(request: ExtensionRequest, catalog: Catalog) -> str:

@@ -53,6 +53,28 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
     return catalog.toolkit_for(release, cuda, platform).default_arch_list
 
 
+def _archs(arch_list: str) -> list[str]:
+    return [a for a in re.split(r"[;\s]+", arch_list) if a]
+
+
+def _capability(arch: str) -> tuple[int, int]:
+    major, _, minor = arch.split("+")[0].rstrip("af").partition(".")
+    return int(major), int(minor or 0)
+
+
+def forward_ptx(arch_list: str, newer: set[str], cuda: str) -> tuple[str, str]:
+    """A stable build's arch list when the toolkits it serves target newer GPUs than its own: its newest arch
+    also as PTX (``9.0+PTX``), which the driver compiles for those GPUs; and the plan's note saying so."""
+    archs = _archs(arch_list)
+    top = max(archs, key=_capability)
+    beyond = sorted({a.split("+")[0] for a in newer if _capability(a) > _capability(top)}, key=_capability)
+    if not beyond or any(a.endswith("+PTX") and _capability(a) == _capability(top) for a in archs):
+        return arch_list, ""
+    changed = ";".join(f"{a}+PTX" if a == top else a for a in archs)
+    why = f"abi stable: the CUDA {cuda} build also serves GPUs it cannot compile for ({', '.join(beyond)}): {top}+PTX"
+    return changed, why
+
+
 def right_sized(found: list[walltime.Option], config: FarmConfig, platform: str) -> list[walltime.Option]:
     """Without a record of the source, the smaller instance types (``extension_instances_measured``) only
     where they hold the wall time of the default type with as many shards: cells that cannot use a large
@@ -76,13 +98,24 @@ def plan_extension(
     cells (wheelfoundry.planning.calibration), None for the catalog's model; ``profile``: what the source holds, for
     a first run. Also each job's cell cost (for its sizing note, once its executor is known)."""
     notes: list[str] = []
-    if request.abi == "auto" and (why := calibration.proven_stable(record, oldest_minor(request, catalog))):
+    source = calibration.source_id({"source_s3": request.source.s3, "source_git": request.source.git,
+                                    "source_ref": request.source.ref})  # fmt: skip
+    kinds = frozenset(spec != "cpu" for spec in request.cuda)
+    if request.abi == "auto" and (
+        why := calibration.proven_stable(record, oldest_minor(request, catalog), source, kinds)
+    ):
         request = dataclasses.replace(request, abi="stable")  # a recorded build of this source proved it
         notes.append(f"abi auto: planned as stable, one build per CUDA major and Python ({why})")
     groups = []
     for cuda, platform, cells, served in build_groups(request, catalog):
         if cells:
             arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
+            if arch_list and served and not request.arch_list:  # a stable build serves the major's newer toolkits too
+                newer = {
+                    a for v in {c.cuda for c in served} - {cuda} for a in _archs(catalog.cuda[str(v)].default_arch_list)
+                }
+                arch_list, note = forward_ptx(arch_list, newer, str(cuda))
+                notes += [note] if note else []
             archs = walltime.arch_count(arch_list) if cuda else 1
             cost = cell_cost(bool(cuda), archs, config, record, profile)
             found = walltime.options(len(cells), bool(cuda), archs, cost, platform, request.options.spot, config)

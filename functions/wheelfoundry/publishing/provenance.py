@@ -120,15 +120,14 @@ def abi(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def tested_in(manifests: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Per test job, the cells whose test of the published bytes passed (its ``test-<cell>`` stages): a stable-ABI
-    wheel's are every torch of its range."""
+def tested_in(manifests: Mapping[str, Mapping[str, Any]], filename: str) -> dict[str, list[str]]:
+    """Per test job, the cells it installed ``filename`` in and whose test passed (its ``<wheel>.smoke.json``, as
+    the manifest lists it): a stable-ABI wheel's are every torch of its range."""
     out: dict[str, list[str]] = {}
     for key, manifest in sorted(manifests.items()):
-        if manifest.get("kind") != "test":
-            continue
-        names = [str(s.get("name", "")) for s in manifest.get("stages") or [] if s.get("status") == "succeeded"]
-        out[str(manifest.get("job_id", key))] = [n.removeprefix("test-") for n in names if n.startswith("test-")]
+        for wheel in manifest.get("wheels") or [] if manifest.get("kind") == "test" else []:
+            if isinstance(wheel, Mapping) and wheel.get("name") == filename and wheel.get("tested_cells"):
+                out[str(manifest.get("job_id", key))] = [str(c) for c in wheel["tested_cells"]]
     return out
 
 
@@ -158,7 +157,7 @@ def statement(
     held = device_code(manifests)
     if held:  # a CUDA extension's cells: what each compiled file holds (wfbuild.cuda.devicecode)
         byproducts.append({"name": "device_code", "content": _content(held)})
-    tested = tested_in(manifests)
+    tested = tested_in(manifests, wheel["filename"])
     if tested:  # the test jobs: the cells (torch x variant x Python) their published bytes were installed in
         byproducts.append({"name": "tested_in", "content": _content(tested)})
     imports = abi(manifests)
