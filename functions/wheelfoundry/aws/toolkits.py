@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from wheelfoundry.catalog.catalog import Catalog
+from wheelfoundry.catalog.catalog import Catalog, minor_of
 from wheelfoundry.conditional import CONFLICT, jittered
 from wheelfoundry.toolkits import stack_toolkits, toolkit_facts, toolkit_lock, toolkit_lock_file
 from wheelfoundry.toolkits.stack_toolkits import INDEX_KEY, StackToolkit
@@ -125,7 +125,12 @@ def torch_lines(
         if found:
             read = read or version
             wheres.append(f"torch {version}'s PyPI wheel METADATA (Requires-Dist)")
-        elif catalog is not None and cuda in catalog.cuda and (release := catalog.release(_minor(version))):
+        elif (
+            catalog is not None
+            and cuda in catalog.cuda
+            and (minor := minor_of(version))
+            and (release := catalog.release(minor))
+        ):
             found = list(catalog.toolkit_for(release, cuda, platform).requirements)
             wheres += [f"torch {version}'s catalog pins (what its cells install)"] if found else []
         lines += [line for line in found if line not in lines]
@@ -135,10 +140,6 @@ def torch_lines(
     if not lines:
         return [], versions[0], f"no torch wheel read is a CUDA {cuda} build: cuda-toolkit's library extras"
     return lines, read or versions[0], "; ".join(wheres)
-
-
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
 
 
 def lock_one(

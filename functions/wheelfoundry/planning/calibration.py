@@ -25,6 +25,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.planning import compiler_memory
 from wheelfoundry.planning.source_profile import SourceProfile
@@ -213,8 +215,8 @@ def proven_stable(
 
     def within(floor: Any) -> bool:
         try:
-            return tuple(int(x) for x in str(floor).split(".")[:2]) <= tuple(int(x) for x in oldest.split(".")[:2])
-        except ValueError:
+            return Version(str(floor)) <= Version(oldest)
+        except InvalidVersion:  # no floor read
             return False
 
     if all(a.get("stable") is True and within(a.get("floor")) for a in last):

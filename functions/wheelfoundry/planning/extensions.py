@@ -53,10 +53,6 @@ def default_arch_list(catalog: Catalog, cells: tuple[CellSpec, ...], cuda: str, 
     return catalog.toolkit_for(release, cuda, platform).default_arch_list
 
 
-def _archs(arch_list: str) -> list[str]:
-    return [a for a in re.split(r"[;\s]+", arch_list) if a]
-
-
 def _capability(arch: str) -> tuple[int, int]:
     major, _, minor = arch.split("+")[0].rstrip("af").partition(".")
     return int(major), int(minor or 0)
@@ -65,7 +61,7 @@ def _capability(arch: str) -> tuple[int, int]:
 def forward_ptx(arch_list: str, newer: set[str], cuda: str) -> tuple[str, str]:
     """A stable build's arch list when the toolkits it serves target newer GPUs than its own: its newest arch
     also as PTX (``9.0+PTX``), which the driver compiles for those GPUs; and the plan's note saying so."""
-    archs = _archs(arch_list)
+    archs = walltime.archs(arch_list)
     top = max(archs, key=_capability)
     beyond = sorted({a.split("+")[0] for a in newer if _capability(a) > _capability(top)}, key=_capability)
     if not beyond or any(a.endswith("+PTX") and _capability(a) == _capability(top) for a in archs):
@@ -112,7 +108,9 @@ def plan_extension(
             arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
             if arch_list and served and not request.arch_list:  # a stable build serves the major's newer toolkits too
                 newer = {
-                    a for v in {c.cuda for c in served} - {cuda} for a in _archs(catalog.cuda[str(v)].default_arch_list)
+                    a
+                    for v in {c.cuda for c in served} - {cuda}
+                    for a in walltime.archs(catalog.cuda[str(v)].default_arch_list)
                 }
                 arch_list, note = forward_ptx(arch_list, newer, str(cuda))
                 notes += [note] if note else []

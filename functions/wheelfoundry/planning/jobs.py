@@ -121,8 +121,9 @@ class ExtensionSpec:
     # The package's own tests (request "test"), run by the test jobs against the published wheel.
     test_command: tuple[str, ...] = ()
     test_requires: tuple[str, ...] = ()
-    # abi "stable": each cell's abi stage refuses it unless its files are stable with a floor <= abi_oldest,
-    # the oldest torch (X.Y) of the request (wfbuild.wheels.abi.refusals)
+    # abi "stable": each cell's abi stage refuses it unless its files are stable with a floor <= the cell's own torch,
+    # the oldest its wheel serves for its Python (wfbuild.stages.stages.stable_floor); abi_oldest records the
+    # request's oldest torch (X.Y)
     abi: Literal["auto", "per-torch", "stable"] = "auto"
     abi_oldest: str | None = None
     # abi "stable": every cell the built wheels serve (each torch of the range, per Python), which the test

@@ -84,9 +84,14 @@ class Option:
     busy: float = 1.0  # expected cores busy while the cells compile: compile core-hours / (vCPUs x compile hours)
 
 
+def archs(arch_list: str | None) -> list[str]:
+    """The entries of a TORCH_CUDA_ARCH_LIST (``;`` or spaces between them): ``["8.0", "9.0+PTX"]``."""
+    return [a for a in (arch_list or "").replace(" ", ";").split(";") if a]
+
+
 def arch_count(arch_list: str | None) -> int:
     """Device code targets of one nvcc call: one per listed architecture (``+PTX`` rides with its SASS)."""
-    return len([a for a in (arch_list or "").replace(" ", ";").split(";") if a]) or 1
+    return len(archs(arch_list)) or 1
 
 
 def compile_slots(
