@@ -105,10 +105,48 @@ def attest_run(
         # max-age, not immutable: a wheel whose bytes another run publishes again is signed again
         s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json", CacheControl=PAGE_CACHE)
         out["signed"].append(wheel["filename"])
+    out["tested"] = _sign_retests(s3, run, event["execution"], jobs, sign, key_id, out)
     if out["refused"]:
         out["status"] = "partial"
     s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/attest.json", Body=json.dumps(out, indent=2).encode())
     return out
+
+
+def _sign_retests(
+    s3: Any, run: dict[str, Any], execution: str, jobs: list[dict[str, Any]], sign: Callable[[bytes], bytes],
+    key_id: str, out: dict[str, Any],
+) -> list[str]:  # fmt: skip
+    """A signed test result (``<wheel>.tests/<run>.json``) for each published wheel whose bytes this run tested in
+    more torch releases (Collect's ``extended``); the wheel's provenance stays the build's."""
+    bucket, signed = run["bucket"], []
+    extended = set()
+    for job in jobs:
+        extended |= set(
+            ((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}).get("extended") or []
+        )
+    if not extended:
+        return []
+    body = s3.get_object(Bucket=bucket, Key=f"runs/{run['id']}/request.json")["Body"].read()
+    ref = {
+        "uri": f"s3://{bucket}/runs/{run['id']}/request.json",
+        "digest": {"sha256": hashlib.sha256(body).hexdigest()},
+    }
+    for wheel in published(s3, bucket, run, jobs):
+        if wheel["filename"] not in extended or wheel["filename"] in signed:
+            continue
+        digest = _sha256(s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"]).hexdigest()
+        passed = provenance.tested_in(wheel["manifests"], wheel["filename"])
+        if digest != wheel["sha256"] or not passed:
+            why = f"{wheel['key']} hashes to {digest}, its test manifest says {wheel['sha256']}"
+            out["refused"].append({"wheel": wheel["filename"], "reason": why if passed else "no passed cells"})
+            continue
+        stmt = provenance.test_result({"filename": wheel["filename"], "sha256": digest}, passed, ref,
+                                      {**run, "execution": execution})  # fmt: skip
+        data = json.dumps(provenance.envelope(stmt, key_id, sign), indent=1).encode()
+        target = f"{wheel['key']}{provenance.TESTS_DIR}{run['id']}.json"
+        s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json", CacheControl=PAGE_CACHE)
+        signed.append(wheel["filename"])
+    return signed
 
 
 def _fresh(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> set[str]:

@@ -26,12 +26,14 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from wheelfoundry.aws.results import safe_wheel_name
+from wheelfoundry.aws.retest_stage import retest_stagings
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 STABLE = (
     "abi stable: one wheel per CUDA major and Python serves every torch and variant of the major in the range, "
     "installed and tested in each (Requires-Dist torch>= the oldest it serves)"
 )
+RETEST = "retest: the channel's published stable-ABI wheel, as published, tested on the new torch's cells (no build)"
 
 
 def _json(s3: Any, bucket: str, key: str) -> Any:
@@ -73,6 +75,10 @@ def variant_of(cell: dict[str, Any]) -> str:
     """``torch-2.13.0+cpu``, ``torch-2.11.0+cu130``: the (torch, CUDA) pair a wheel serves, as PyG's index names it."""
     cuda = cell.get("cuda")
     return f"torch-{cell['torch_version']}+{'cu' + str(cuda).replace('.', '') if cuda else 'cpu'}"
+
+
+def _variants(cells: list[dict[str, Any]]) -> list[str]:
+    return sorted({variant_of(c) for c in cells}, key=lambda v: (Version(v[6:].split("+")[0]), v))
 
 
 def _where(contract: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +153,10 @@ def stage_run(
                 raise MergeConflict(
                     f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}"
                 )
+            if run.get("retest"):  # no builds: the channel's published stable wheels, for the new torch's cells
+                for test, path, digest, mine in retest_stagings(s3, run, Path(tmp), event.get("test_jobs") or []):
+                    fields = {"cells": [c["id"] for c in mine], "builds": [], "variants": _variants(mine)}
+                    _stage(s3, bucket, test, path, digest, out, retest=str(path.name), **fields)
             local = _download(s3, bucket, Path(tmp), cells)
             files = [f for path in local.values() for f in _files(path)]
             plain = plain_modules([_unsuffixed(path) for path in local.values()])
@@ -154,7 +164,9 @@ def stage_run(
             out["layout"], out["layout_reason"] = layout or choose_layout(asked, files, plain)
             if any(cell.get("serves") for cell, _ in cells):
                 out["layout"], out["layout_reason"] = "per-cell", STABLE
-            if out["layout"] == "merged":
+            if run.get("retest"):
+                out["layout"], out["layout_reason"] = "per-cell", RETEST
+            elif out["layout"] == "merged":
                 _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
             else:
                 _stage_cells(s3, bucket, cells, local, serving, out)
@@ -212,7 +224,7 @@ def _stage_cells(
     for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
         served = cell.get("serves") or [cell]  # abi "stable": the range's cells of its Python, each tested
         fields = {"cells": [c["id"] for c in served], "builds": [cell["build_id"]]}
-        fields["variants"] = sorted({variant_of(c) for c in served}, key=lambda v: (Version(v[6:].split("+")[0]), v))
+        fields["variants"] = _variants(served)
         _stage(s3, bucket, serving.get(served[0]["id"]), local[cell["id"]], cell["sha256"], out, **fields)
 
 

@@ -60,8 +60,35 @@ def release_day(record: Mapping[str, Any], report: Mapping[str, Any], now: datet
     return {**out, "reason": record.get("reason"), "toolkits": toolkits, "cells": cells}
 
 
+def retest_summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, str]:
+    """(subject, message) of a watcher-started retest (request.retest): served with no build, or a build follows."""
+    wheels = [str(k).rsplit("/", 1)[-1] for k in (record.get("request") or {}).get("retest") or []]
+    tested = set((report.get("provenance") or {}).get("tested") or [])
+    served = [w for w in wheels if w in tested]
+    day = report.get("release_day") or {}
+    minutes = "unknown (no tick time)" if day.get("minutes") is None else f"{day['minutes']} min"
+    torch = ", ".join(sorted({str(c.get("torch")) for c in record.get("cells") or []}))
+    verdict = f"torch {torch} served, no build" if served and len(served) == len(wheels) else "retest FAILED"
+    lines = [
+        f"subscription {record.get('subscription')}: run {report.get('run_id')}: {verdict} ({minutes})",
+        f"why it ran: {record.get('reason')}",
+        *(f"  {w}: {'passed; listed for torch ' + torch if w in tested else 'did not pass'}" for w in wheels),
+        *(f"  {cell}: {got}" for cell, got in sorted((day.get("cells") or {}).items())),
+    ]
+    if not served or len(served) < len(wheels):
+        lines.append("the next watcher tick builds the cells the wheel did not serve")
+    lines += [
+        f"  {f.get('job_id')}: {f.get('error')}: {str(f.get('cause') or '')[:500]}" for f in report.get("failed") or []
+    ]
+    lines.append(f"details: wheelfoundry status {report.get('run_id')}")
+    subject = f"WheelFoundry {record.get('subscription')}: {verdict} in {minutes}"
+    return subject[:SUBJECT_MAX], "\n".join(lines)
+
+
 def summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, str]:
     """(subject, message) of a watcher-started run's outcome."""
+    if (record.get("request") or {}).get("retest"):
+        return retest_summary(record, report)
     cells = len(record.get("cells") or [])
     missing = report.get("missing_cells") or []
     merged = (report.get("merge") or {}).get("wheels") or []

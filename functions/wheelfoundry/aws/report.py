@@ -90,7 +90,9 @@ def report(
         "upload": {
             k: upload.get(k) for k in ("status", "target", "uploaded", "skipped", "refused", "Error") if k in upload
         },
-        "provenance": {k: attest.get(k) for k in ("status", "signed", "kept", "refused", "Error") if k in attest},
+        "provenance": {
+            k: attest.get(k) for k in ("status", "signed", "kept", "tested", "refused", "Error") if k in attest
+        },
         "failed": [{"job_id": j, "error": e, "cause": c} for j, e, c in failures],
         "estimated_wall_hours": run.get("estimated_wall_hours"),
         "timing": report_rows(results),  # per job: the plan's estimate against the build's actual hours

@@ -159,6 +159,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     staged = staged_digests(s3, run, job)
     published: list[str] = []
     unchanged: list[str] = []
+    extended: list[str] = []  # unchanged bytes whose record gained torch releases (a retest, request.retest)
     conflicts: list[str] = []
     verified: list[str] = []
     in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
@@ -191,7 +192,10 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         dest = f"wheels/{channel}/{project}/{filename}"
         existing = _head(s3, bucket, dest)
         if existing is not None:
-            (unchanged if existing.get("Metadata", {}).get("sha256") == sha else conflicts).append(filename)
+            same = existing.get("Metadata", {}).get("sha256") == sha
+            (unchanged if same else conflicts).append(filename)
+            if same and staged is not None and extend_variants(s3, bucket, dest, existing, metadata):
+                extended.append(filename)  # these bytes passed in more torch releases: listed there too
             continue
         ever = published_sha256(s3, bucket, channel) if ever is None else ever
         if ever.get(dest, sha) != sha:  # gone from the bucket, not from users' caches
@@ -208,6 +212,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "published": published,
         "verified": verified,
         "unchanged": unchanged,
+        "extended": extended,
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)
@@ -216,6 +221,19 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
             manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []}
         ),
     }
+
+
+def extend_variants(s3: Any, bucket: str, dest: str, existing: dict[str, Any], metadata: dict[str, str]) -> bool:
+    """Add the (torch, CUDA) variants this test passed to the published wheel's ``wf-variants``; its bytes stay (a
+    copy onto itself, from the version read, with new metadata). Whether any was added."""
+    have = [v for v in existing.get("Metadata", {}).get("wf-variants", "").split(",") if v]
+    added = [v for v in metadata.get("wf-variants", "").split(",") if v and v not in have]
+    if not added:
+        return False
+    meta = {**existing.get("Metadata", {}), "wf-variants": ",".join([*have, *added])}
+    version = existing.get("VersionId")
+    _copy(s3, bucket, dest, dest, version if version and version != "null" else None, meta)
+    return True
 
 
 def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from datetime import date
 from typing import Any
 
 from wheelfoundry.aws.image_builds import IMAGE_TIMEOUT_SECONDS, image_key
+from wheelfoundry.aws.retests import retest_wheels
 from wheelfoundry.aws.timing import calibration_key, read_record
 from wheelfoundry.catalog import derived
 from wheelfoundry.catalog.catalog import load_catalog
@@ -209,6 +210,7 @@ def validate(
     request = parse_request(raw, catalog, config)
     check_source_location(request, settings)
     check_publish_target(request, settings)
+    retest = retest_wheels(s3, settings.bucket, request.channel, getattr(request, "retest", ()))
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
     bundle_key, pins = current_bundle(s3, settings.bucket)  # the first S3 read, once the request is valid
     source = getattr(request, "source", None)
@@ -245,6 +247,7 @@ def validate(
         # UploadOrImages: the signed wheels go to options.publish after PublishIndex (aws.uploads)
         "upload": plan.request.options.publish is not None,
         "publish": plan.request.options.publish.to_dict() if plan.request.options.publish else None,
+        "retest": retest,  # published stable wheels Merge stages for the test jobs instead of builds (aws.retests)
     }
     prefix = f"runs/{run_id}"
     put = s3.put_object

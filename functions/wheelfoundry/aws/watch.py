@@ -17,7 +17,7 @@ import hashlib
 import json
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -168,14 +168,22 @@ def copy_sdist(s3: Any, bucket: str, fetch: Fetch, start: Start) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"sha256": digest, "source": sdist.url})
 
 
-def start_run(sfn: Any, state_machine_arn: str, start: Start) -> tuple[str, str]:
-    """(status, execution ARN): "started" now, or the status of the execution of that name (its tick was earlier)."""
-    arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{start.name}"
+def execution_status(sfn: Any, state_machine_arn: str, name: str) -> tuple[str | None, str]:
+    """(status or None where no execution has that name, its ARN)."""
+    arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
     try:
-        return sfn.describe_execution(executionArn=arn)["status"], arn
+        return str(sfn.describe_execution(executionArn=arn)["status"]), arn
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
             raise
+    return None, arn
+
+
+def start_run(sfn: Any, state_machine_arn: str, start: Start) -> tuple[str, str]:
+    """(status, execution ARN): "started" now, or the status of the execution of that name (its tick was earlier)."""
+    status, arn = execution_status(sfn, state_machine_arn, start.name)
+    if status is not None:
+        return status, arn
     try:
         started = sfn.start_execution(
             stateMachineArn=state_machine_arn, name=start.name, input=json.dumps(start.request)
@@ -185,6 +193,13 @@ def start_run(sfn: Any, state_machine_arn: str, start: Start) -> tuple[str, str]
             raise
         return "RUNNING", arn
     return "started", str(started["executionArn"])
+
+
+def retest_ended(sfn: Any, state_machine_arn: str, name: str) -> str | None:
+    """The status of the retest execution of that name once it ended (its cells still missing: it did not serve
+    them); None while it runs or before it started."""
+    status = execution_status(sfn, state_machine_arn, name)[0]
+    return None if status in (None, "RUNNING", "PENDING_REDRIVE") else status
 
 
 def run_record(start: Start, now: datetime, locked: list[dict[str, Any]] | None = None) -> bytes:
@@ -291,6 +306,11 @@ def _act(
         return {**run, "status": f"deferred: a tick starts at most {settings.max_starts} run(s) (WatchMaxRunsPerTick)"}
     if settings.dry_run:
         return {**run, "status": "would start"}
+    if start.fallback is not None:  # a retest: once it ended and the cells still lack a wheel, their build
+        ended = retest_ended(sfn, settings.state_machine_arn, start.name)
+        if ended:
+            reason = f"{start.fallback.reason}: the retest {start.name} ended ({ended}) without serving them; building"
+            return _act(s3, sfn, fetch, settings, replace(start.fallback, reason=reason), n, now, locked)
     try:
         copy_sdist(s3, settings.bucket, fetch, start)
     except FetchFailed as exc:

@@ -257,6 +257,10 @@ def plan_request(
     notes += gpu_notes
     tests = assign_all(plan_tests(jobs, config), config)  # the published bytes, after Merge
     jobs = without_gpu_tests(jobs)
+    if getattr(request, "retest", ()):  # published stable wheels tested on the cells: nothing is built
+        tested = sum(len(t.extension.cells) for t in tests if t.extension)
+        notes = [f"retest: no build; {', '.join(request.retest)} tested in {tested} cell environment(s)"]
+        jobs = ()
     images = plan_images(request, jobs, config)
     issues = guardrail_issues(jobs, config) + image_guardrail_issues(jobs, images, config)
     issues += gpu_guardrail_issues((*jobs, *tests), config)  # an extension's GPU step runs on its test jobs

@@ -6,6 +6,10 @@ Merge recorded for it (``torch-2.13.0+cu130``). A merged wheel lists every build
 its one. A cell is a torch *minor* release: the farm builds an extension per minor (its merged wheel requires
 ``torch>=2.13,<2.14``, its per-cell label is ``pt213cu130``), so a new patch release of torch is already
 served by the wheels of its minor. An abi3 wheel serves every CPython from its tag's on.
+
+A stable-ABI wheel (its label ``abi213cpu``, ``abi210cu13``: its torch floor and CUDA major, planning.cells)
+may serve a torch release it was never tested on: :meth:`Coverage.stable_wheel` names it, and the watcher
+tests it there before anything is built (watch.watcher).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from wheelfoundry.request.retest import kind_of, stable_label
 
 VARIANT = re.compile(r"^torch-(?P<torch>[0-9][0-9a-z.]*)\+(?P<label>cpu|cu[0-9]{2,4})$")
 PLATFORM = re.compile(r"(x86_64|aarch64)$")
@@ -31,6 +37,10 @@ class Served:
     platform: str
     minor: str  # torch 2.13
     label: str  # cpu, cu130
+    key: str = ""  # the wheel's S3 key
+    sha256: str = ""
+    floor: str | None = None  # a stable-ABI wheel's torch floor (2.13); None: built for its torch minors only
+    kind: str = ""  # a stable wheel's CUDA major: cpu, cu13
 
 
 def _minor(version: str) -> str | None:
@@ -52,6 +62,8 @@ def served(state: Mapping[str, Any]) -> list[Served]:
         if isinstance(entry, Mapping) and entry.get("yanked") is not None:
             continue  # withdrawn (PEP 592): it serves no cell, so the watcher builds those cells again
         variants = entry.get("variants") if isinstance(entry, Mapping) else None
+        sha = str(entry.get("sha256") or "") if isinstance(entry, Mapping) else ""
+        floor, kind = stable_label(version) or (None, "")
         for tag in tags:
             python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
             platform = PLATFORM.search(tag.platform)
@@ -70,6 +82,10 @@ def served(state: Mapping[str, Any]) -> list[Served]:
                             platform[1],
                             minor,
                             match["label"],
+                            str(key),
+                            sha,
+                            floor,
+                            kind,
                         )
                     )
     return found
@@ -95,6 +111,24 @@ class Coverage:
             if s.python == (major, minor_py) or (s.abi3 and s.python <= (major, minor_py)):
                 return True
         return False
+
+    def stable_wheel(self, project: str, version: str | None, python: str, platform: str, minor: str, label: str
+                     ) -> Served | None:  # fmt: skip
+        """A published stable-ABI wheel that may serve this cell untested: the package version, platform and
+        Python, the cell's CUDA major (cu130 -> a cu13 wheel), a floor at or below the cell's torch; the newest
+        floor first (the closest build)."""
+        want = (int(p) for p in python.split("."))
+        py, project, kind = tuple(want), canonicalize_name(project), kind_of(label)
+        found = [
+            s
+            for s in self.cells
+            if s.floor is not None
+            and (s.project, s.platform, s.kind) == (project, platform, kind)
+            and (version is None or Version(s.version) == Version(version))
+            and Version(s.floor) <= Version(minor)
+            and (s.python == py or (s.abi3 and s.python <= py))
+        ]
+        return max(found, key=lambda s: (Version(s.floor or "0"), s.key), default=None)
 
     def has_version(self, project: str, version: str | None) -> bool:
         """Whether any wheel of the project (at that version) is published: a new one cannot reuse its names."""

@@ -38,7 +38,17 @@ from wheelfoundry.publishing.index_pages import (
 from wheelfoundry.publishing.index_variants import channel_files, write_variants
 from wheelfoundry.publishing.provenance import SUFFIX as PROVENANCE_SUFFIX
 
-__all__ = ["STATE", "YANKED", "IndexFile", "publish_index", "published_sha256", "render_project", "render_root", "scan"]
+__all__ = [
+    "STATE",
+    "YANKED",
+    "IndexFile",
+    "channel_state",
+    "publish_index",
+    "published_sha256",
+    "render_project",
+    "render_root",
+    "scan",
+]
 
 STATE = ".index-state.json"  # simple/<channel>/.index-state.json: the last publish's listing, and its turn
 YANKED = ".yanked"  # wheels/<ch>/<project>/<wheel>.yanked: PEP 592's yank (its body the reason); bytes stay
@@ -46,12 +56,15 @@ VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
 
 def _listing(s3: Any, bucket: str, prefix: str) -> tuple[dict[str, str], dict[str, int]]:
-    """Every key under the prefix with its ETag, and its size (one LIST call per 1000 keys)."""
+    """Every key under the prefix with its change token, and its size (one LIST call per 1000 keys). The token
+    is the ETag and the time it was written: a retest that adds torch releases to a wheel copies it onto itself
+    with new metadata (aws.results), which keeps a single-part object's ETag."""
     keys: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            keys[obj["Key"]] = obj.get("ETag", "")
+            written = obj.get("LastModified")
+            keys[obj["Key"]] = f"{obj.get('ETag', '')}@{written.isoformat() if written else ''}"
             sizes[obj["Key"]] = int(obj.get("Size", 0))
     return keys, sizes
 
@@ -163,9 +176,14 @@ def ever_published(channel: str, state: dict[str, Any], entries: dict[str, dict[
     return published
 
 
+def channel_state(s3: Any, bucket: str, channel: str) -> dict[str, Any]:
+    """The channel's index state as its last publish wrote it ({} before the first)."""
+    return _read_state(s3, bucket, f"simple/{channel}/{STATE}")[1]
+
+
 def published_sha256(s3: Any, bucket: str, channel: str) -> dict[str, str]:
     """What the channel's index state says was ever published (key -> sha256), for Collect."""
-    state = _read_state(s3, bucket, f"simple/{channel}/{STATE}")[1]
+    state = channel_state(s3, bucket, channel)
     return dict(state.get("published") or {k: w.get("sha256", "") for k, w in (state.get("wheels") or {}).items()})
 
 

@@ -26,6 +26,9 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 # This project's build type: what externalParameters and resolvedDependencies mean (docs/provenance.md).
 BUILD_TYPE = "urn:wheelfoundry:provenance:build-type:v1"  # defined in docs/provenance.md (no public URL claimed)
 SUFFIX = ".provenance.json"  # stored beside the wheel: wheels/<channel>/<project>/<wheel>.provenance.json
+# A retest's signed result (request.retest): wheels/<channel>/<project>/<wheel>.tests/<run>.json
+TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
+TESTS_DIR = ".tests/"
 ALGORITHM = "ECDSA_SHA_256"
 
 
@@ -179,6 +182,27 @@ def statement(
                 "metadata": {"invocationId": run.get("execution") or run["id"]},
                 "byproducts": byproducts,
             },
+        },
+    }
+
+
+def test_result(
+    wheel: Mapping[str, Any], passed: Mapping[str, list[str]], request_ref: Mapping[str, Any], run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An in-toto test-result statement (https://github.com/in-toto/attestation/blob/main/spec/predicates/
+    test-result.md) for a published wheel a retest installed, as published, in more cells (``passed``: test job ->
+    cells); ``request_ref``: the run's request.json as a resource descriptor (uri, digest)."""
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": wheel["filename"], "digest": {"sha256": wheel["sha256"]}}],
+        "predicateType": TEST_RESULT_TYPE,
+        "predicate": {
+            "result": "PASSED",
+            "configuration": [{"name": "request", **request_ref}],
+            "url": run.get("execution") or run["id"],
+            "passedTests": sorted({c for cells in passed.values() for c in cells}),
+            "warnedTests": [],
+            "failedTests": [],
         },
     }
 

@@ -16,6 +16,7 @@ from wheelfoundry.catalog.resolve import Resolved, Unresolvable, python_for, res
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
 from wheelfoundry.request import exclusions
+from wheelfoundry.request.retest import retest_issues
 from wheelfoundry.request.targets import check_arch_list, check_target, target_id
 
 CHANNEL_BY_KIND = {"release": "release", "rc": "test", "nightly": "nightly"}
@@ -244,6 +245,7 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         resolved.append(found)
     named = {r.spec: r.torch_version for r in resolved if r.torch_version}
     issues += stable_abi_issues(data.get("abi"), named, "the request also names torch")
+    issues += retest_issues(data, named)
     left_out = exclusions.parse(data.get("exclude"))
     issues += _check_exclude(data, skip)
     for r in resolved:

@@ -14,6 +14,13 @@ The execution name derives from the subscription, the release and the cells (``w
 <hash>``): Step Functions refuses a second execution of one name (for 90 days), so a second tick starts
 nothing while the first run builds; once it published, the cells are no longer missing. Cells a run failed
 to publish form a new set, and a new name: they are tried once more, then left for the maintainer (status).
+
+Release day without a compile: a new torch's cells that a published stable-ABI wheel of the package may serve
+(its CUDA major, a floor at or below the release: Coverage.stable_wheel) are first a *retest* run. It builds
+nothing: its test jobs install that wheel, as published, in the new torch's environments, and only if it
+passes there is the torch added to the wheel's record (index pages, a signed test result). The retest's Start
+carries the build it falls back to (``fallback``): once the retest ended and the cells are still missing, the
+next tick starts the build instead (aws.watch). A subscription with ``abi: per-torch`` is always built.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class Start:
     cells: tuple[Cell, ...]
     copy: PackageRelease | None  # a PyPI sdist to put at request.source.s3 first
     plan: dict[str, Any]  # the plan's summary (jobs, wall hours, cost)
+    fallback: Start | None = None  # a retest's build: started once the retest ended and the cells still lack a wheel
 
 
 @dataclass
@@ -101,9 +109,11 @@ class Tick:
     derived: list[DerivedRelease] = field(default_factory=list)  # facts of the releases the catalog lacks
 
 
-def execution_name(subscription: str, release: str, cells: Sequence[Cell]) -> str:
-    """``w-<subscription>-<release>-<hash of the cells>``: at most 80 characters of [A-Za-z0-9-_]."""
-    digest = hashlib.sha256("\n".join("|".join(c) for c in sorted(cells)).encode()).hexdigest()[:10]
+def execution_name(subscription: str, release: str, cells: Sequence[Cell], kind: str = "") -> str:
+    """``w-<subscription>-<release>-<hash of the cells>``: at most 80 characters of [A-Za-z0-9-_]; ``kind``
+    ("retest") gives the same cells another name."""
+    text = "\n".join(["|".join(c) for c in sorted(cells)] + ([kind] if kind else []))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     release = re.sub(r"[^A-Za-z0-9_-]", "-", release)[:24]
     return f"w-{subscription[:40]}-{release}-{digest}"
 
@@ -194,20 +204,73 @@ def _follow(sub: Subscription, upstream: Upstream, coverage: Coverage, stack: St
         every = [c for cells in by_release.values() for c in cells]
         groups = {label: (f"{sub.package} {label}: no wheel of it in channel {sub.channel} yet", every)}
     for name_part, (reason, cells) in sorted(groups.items()):
-        request = _request(sub, source, cells, per_cell=published)
-        name = execution_name(sub.name, name_part, cells)
-        for version in {c[0] for c in cells}:  # a cell names its release as the outcome keys it (facts.version)
-            outcome.by_release[version]["run"] = name
-        try:
-            plan = _plan(request, planner)
-        except RequestInvalid as exc:  # GuardrailExceeded and the rest: named, never started
-            outcome.problems.append(f"{name}: not started, {type(exc).__name__}: {exc}")
-            for version in {c[0] for c in cells}:
-                outcome.by_release[version]["run"] = f"{name}: not started, {type(exc).__name__}"
-            continue
-        outcome.starts.append(name)
-        outcome.planned.append(Start(sub.name, name, reason, request, tuple(sorted(cells)), copy, plan))
+        retests, cells = _retestable(sub, version, cells, coverage) if published else ({}, cells)
+        for key, retest in sorted(retests.items()):
+            build = _start(sub, source, retest, name_part, reason, copy, planner, outcome, per_cell=True)
+            request = {**_request(sub, source, retest, per_cell=True), "abi": "stable", "retest": [key]}
+            why = f"{reason}: {key.rsplit('/', 1)[1]} (stable ABI) is tested there first, with no build"
+            name = execution_name(sub.name, name_part, retest, "retest")
+            _add(outcome, Start(sub.name, name, why, request, tuple(sorted(retest)), None, {}, build), planner)
+        if cells:
+            _start(sub, source, cells, name_part, reason, copy, planner, outcome, published, add=True)
     return outcome
+
+
+def _retestable(
+    sub: Subscription, version: str | None, cells: list[Cell], coverage: Coverage
+) -> tuple[dict[str, list[Cell]], list[Cell]]:
+    """({published stable wheel's key: the cells it may serve}, the cells none may) of one release's cells."""
+    if sub.passed_on.get("abi") == "per-torch":
+        return {}, cells
+    wheels: dict[str, list[Cell]] = {}
+    rest = []
+    for cell in cells:
+        minor = f"{Version(cell[0]).major}.{Version(cell[0]).minor}"
+        label = label_of(None if cell[1] == "cpu" else cell[1])
+        found = coverage.stable_wheel(sub.package, version, cell[2], cell[3], minor, label)
+        if found is None:
+            rest.append(cell)
+        else:
+            wheels.setdefault(found.key, []).append(cell)
+    return wheels, rest
+
+
+def _start(
+    sub: Subscription,
+    source: Mapping[str, str],
+    cells: list[Cell],
+    name_part: str,
+    reason: str,
+    copy: PackageRelease | None,
+    planner: Stack,
+    outcome: Outcome,
+    per_cell: bool,
+    add: bool = False,
+) -> Start | None:
+    """The build of ``cells`` (added to the outcome with ``add``, else a retest's fallback)."""
+    request = _request(sub, source, cells, per_cell=per_cell)
+    start = Start(sub.name, execution_name(sub.name, name_part, cells), reason, request, tuple(sorted(cells)), copy, {})
+    return _add(outcome, start, planner) if add else _planned(start, planner, outcome)
+
+
+def _planned(start: Start, planner: Stack, outcome: Outcome) -> Start | None:
+    try:
+        return replace(start, plan=_plan(start.request, planner))
+    except RequestInvalid as exc:  # GuardrailExceeded and the rest: named, never started
+        outcome.problems.append(f"{start.name}: not started, {type(exc).__name__}: {exc}")
+        for version in {c[0] for c in start.cells}:
+            outcome.by_release[version]["run"] = f"{start.name}: not started, {type(exc).__name__}"
+        return None
+
+
+def _add(outcome: Outcome, start: Start, planner: Stack) -> Start | None:
+    for version in {c[0] for c in start.cells}:  # a cell names its release as the outcome keys it (facts.version)
+        outcome.by_release[version]["run"] = start.name
+    planned = _planned(start, planner, outcome)
+    if planned is not None:
+        outcome.starts.append(start.name)
+        outcome.planned.append(planned)
+    return planned
 
 
 def toolkits_needed(
