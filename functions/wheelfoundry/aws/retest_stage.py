@@ -29,8 +29,8 @@ def _contract(s3: Any, bucket: str, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def serves(filename: str, cell: dict[str, Any]) -> bool:
-    """Whether the stable wheel ``filename`` is one for this test cell (Python, platform, CUDA major)."""
+def serves(filename: str, cell: dict[str, Any], platform: str) -> bool:
+    """Whether the stable wheel ``filename`` is one for this test cell (Python, CUDA major) on ``platform``."""
     _, version, _, tags = parse_wheel_filename(filename)
     kind = (stable_label(version) or ("", ""))[1]
     cuda = cell.get("cuda")
@@ -40,11 +40,8 @@ def serves(filename: str, cell: dict[str, Any]) -> bool:
     for tag in tags:
         python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
         found = (int(python[1]), int(python[2])) if python else None
-        if (
-            found
-            and tag.platform.endswith(str(cell["platform"]))
-            and (found == want or (tag.abi == "abi3" and found <= want))
-        ):
+        fits = found == want or (tag.abi == "abi3" and found is not None and found <= want)
+        if fits and tag.platform.endswith(platform):
             return True
     return False
 
@@ -64,8 +61,9 @@ def retest_stagings(
             why = f"{entry['key']}: its bytes hash to {digest}, the channel's index says {entry['sha256']}"
             raise MergeConflict(why)
         for test in tests:
-            cells = (_contract(s3, bucket, f"{test['prefix']}job.json").get("extension") or {}).get("cells") or []
-            mine = [c for c in cells if serves(entry["filename"], c)]
+            contract = _contract(s3, bucket, f"{test['prefix']}job.json")
+            cells = (contract.get("extension") or {}).get("cells") or []
+            mine = [c for c in cells if serves(entry["filename"], c, str(contract.get("platform")))]
             if mine:
                 found.append((test, path, digest, mine))
     return found

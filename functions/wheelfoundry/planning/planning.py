@@ -257,7 +257,7 @@ def plan_request(
     notes += gpu_notes
     tests = assign_all(plan_tests(jobs, config), config)  # the published bytes, after Merge
     jobs = without_gpu_tests(jobs)
-    if getattr(request, "retest", ()):  # published stable wheels tested on the cells: nothing is built
+    if isinstance(request, ExtensionRequest) and request.retest:  # stable wheels tested on the cells: no build
         tested = sum(len(t.extension.cells) for t in tests if t.extension)
         notes = [f"retest: no build; {', '.join(request.retest)} tested in {tested} cell environment(s)"]
         jobs = ()
