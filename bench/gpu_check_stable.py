@@ -1,6 +1,7 @@
 """A stable-ABI wheel's CUDA kernel on a real GPU under a torch minor other than the one it was built with (issue 66).
 
     .venv/bin/python bench/gpu_check_stable.py build [--out DIR]      # here: no GPU needed
+    .venv/bin/python bench/gpu_check_stable.py publish [--out DIR]    # here: the farm builds, tests, publishes
     python bench/gpu_check_stable.py check WHEEL [--json FILE]        # on a host with a GPU, in its torch's venv
 
 ``build`` compiles tests/fixtures/stable_cuda_ext (a CPU op and a CUDA kernel, TORCH_TARGET_VERSION 2.10,
@@ -9,6 +10,9 @@ made (wfbuild.envs; the heavy tests' CUDA cells leave one in the cache: torch 2.
 with NVIDIA's libraries), with nvcc from the repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90.
 It reads the wheel as the farm's abi stage does (wfbuild.wheels.abi: stable or per-torch, and the floor) and
 what its module links (libcuda.so.1, no libcuda carried), and writes the wheel and those records into --out.
+``publish`` has the farm make that wheel instead: the shipped template on the embedded AWS, a request for
+stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90), built, tested as published and
+signed by the run; the published wheel and its provenance are copied out of the channel into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
 interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
 against torch's own arithmetic, calls the driver API where a GPU is, and prints and writes what ran where.
@@ -69,6 +73,34 @@ def build(out: Path, env_dir: Path | None) -> int:
     return 0 if "libcuda.so.1" in needed["needed"] and not carried else 1
 
 
+def publish(out: Path) -> int:
+    """The farm's own stable wheel: one run on the embedded stack, its published bytes copied into ``out``."""
+    sys.path[:0] = [str(ROOT / "local"), str(ROOT / "cli"), str(ROOT / "functions"), str(ROOT)]
+    from wheelfoundry_local.demo import pack_source
+    from wheelfoundry_local.session import EmbeddedAws
+
+    with tempfile.TemporaryDirectory(prefix="wf-gpu-publish-") as state, EmbeddedAws(state_dir=Path(state)) as aws:
+        stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
+        s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
+        key = "sources/wf-stable-cuda-0.1.0.tar.gz"
+        s3.put_object(Bucket=bucket, Key=key, Body=pack_source(FIXTURE, "wf-stable-cuda"))
+        request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": f"s3://{bucket}/{key}"},
+                   "torch": ["2.14"], "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable",
+                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"}}  # fmt: skip
+        result = aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=3600)
+        run_id = result.arn.rsplit(":", 1)[1]
+        report = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/report.json")["Body"].read())
+        listing = s3.list_objects_v2(Bucket=bucket, Prefix="wheels/gpu-check/").get("Contents", [])
+        found = [o["Key"] for o in listing if o["Key"].endswith((".whl", ".provenance.json"))]
+        for name in found:
+            s3.download_file(bucket, name, str(out / name.rsplit("/", 1)[1]))
+        record = {"run": run_id, "status": result.status, "published": found, "instances_left": len(aws.instances()),
+                  "failed": report.get("failed"), "staged": (report.get("merge") or {}).get("wheels")}  # fmt: skip
+    (out / "published.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record, indent=1))
+    return 0 if result.status == "SUCCEEDED" and any(n.endswith(".whl") for n in found) else 1
+
+
 def linked(wheel: Path) -> tuple[dict[str, Any], list[str]]:
     """The extension module's DT_NEEDED (the driver API: libcuda.so.1, the user's driver) and any libcuda file the
     wheel carries (it must carry none)."""
@@ -118,6 +150,8 @@ def main() -> int:
     building = sub.add_parser("build")
     building.add_argument("--out", type=Path, default=ROOT / ".bench-wheels" / "stable")
     building.add_argument("--env", type=Path, help="a build environment with a CUDA 13 torch (default: a cached one)")
+    publishing = sub.add_parser("publish")
+    publishing.add_argument("--out", type=Path, default=ROOT / ".bench-wheels" / "published")
     checking = sub.add_parser("check")
     checking.add_argument("wheel", type=Path)
     checking.add_argument("--json", type=Path)
@@ -125,6 +159,9 @@ def main() -> int:
     if args.command == "build":
         args.out.mkdir(parents=True, exist_ok=True)
         return build(args.out, args.env)
+    if args.command == "publish":
+        args.out.mkdir(parents=True, exist_ok=True)
+        return publish(args.out)
     return check(args.wheel, args.json)
 
 

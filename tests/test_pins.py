@@ -180,3 +180,24 @@ def test_pin_downloads_adds_the_digest_of_the_bytes_and_the_image_becomes_builda
         PIN_TOOL.download("http://example.com/x.tar.gz")
     with pytest.raises(ValueError, match="did not reach its download"):
         PIN_TOOL.learn("ACL_VERSION", "v1; rm -rf /", "aarch64")  # the script's own pattern refuses it
+
+
+def test_a_stack_lock_is_checked_before_a_launch_as_the_bundle_s_are() -> None:
+    import dataclasses
+
+    from tests.watch_support import stack_toolkit
+
+    _, cuda = plan(EXTENSION).jobs
+    lines = tuple(cuda.image.build_args["CUDA_REQUIREMENTS"].splitlines())
+    without = {**PINS, "cuda": {k: v for k, v in PINS["cuda"].items() if k != "13.0-x86_64"}}
+    entry = stack_toolkit("13.0")
+    whole = dataclasses.replace(entry, row=dataclasses.replace(entry.row, requirements=lines))
+    assert unbuildable([cuda], [], without, {cuda.id}, {"13.0-x86_64": whole}) == []
+    short = dataclasses.replace(whole, row=dataclasses.replace(whole.row, requirements=lines[1:]))
+    (issue,) = unbuildable([cuda], [], without, {cuda.id}, {"13.0-x86_64": short})
+    assert (
+        issue.value == lines[0] and f"is not in the CUDA 13.0 x86_64 lock {entry.key} (the watcher's)" in issue.message
+    )
+    no_nvcc = dataclasses.replace(whole, compiler=False)
+    (issue,) = unbuildable([cuda], [], without, {cuda.id}, {"13.0-x86_64": no_nvcc})
+    assert f"job {cuda.id}: the CUDA 13.0 x86_64 lock {entry.key} (the watcher's) has no compiler" in issue.message

@@ -227,7 +227,7 @@ def validate(
     if not toolkits and bundle_lacks_locks(plan.jobs, bundle_locks):  # a catalog CUDA the bundle has no lock for
         toolkits = _stack_toolkits(s3, settings.bucket)
     locks = job_locks(plan.jobs, toolkits, bundle_locks)
-    if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins, locks)):
+    if settings.container_builds and (issues := unbuildable(plan.jobs, plan.images, pins, locks, toolkits)):
         raise RequestInvalid(issues)
     run = {
         "id": run_id,

@@ -64,8 +64,9 @@ def builder_issues(job: Any, pins: Mapping[str, Any], stack_locked: bool = False
     return issues + ([] if stack_locked else cuda_issues(job, pins))
 
 
-def cuda_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
-    """A CUDA builder image's toolkit: a lock for (CUDA version, platform) holding every library line."""
+def cuda_issues(job: Any, pins: Mapping[str, Any], stack_key: str | None = None) -> list[Issue]:
+    """A CUDA builder image's toolkit: a lock for (CUDA version, platform) holding every library line
+    (``stack_key``: the stack's lock it is, which the messages name)."""
     cuda = job.image.build_args.get("CUDA_VERSION")
     locks = pins.get("cuda")
     if not cuda or locks is None:  # a CPU image, or a bundle from before toolkit locks were recorded
@@ -76,9 +77,9 @@ def cuda_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
     if lock is None:
         why = f"job {job.id}: this deployment has no CUDA {cuda} toolkit lock for {job.platform}; {hint}"
         return [Issue(where, why, cuda, tuple(sorted(locks)))]
-    issues = []
+    issues, name = [], f"the CUDA {cuda} {job.platform} lock" + (f" {stack_key} (the watcher's)" if stack_key else "")
     if not lock.get("compiler", True):
-        why = f"job {job.id}: the CUDA {cuda} {job.platform} lock has no compiler (nvcc) yet; lock it with "
+        why = f"job {job.id}: {name} has no compiler (nvcc) yet; lock it with "
         why += f"`python3 tools/lock_cuda.py redist {cuda} --platform {job.platform} ...`, then redeploy"
         issues.append(Issue(where, why, cuda))
     for line in filter(None, job.image.build_args.get("CUDA_REQUIREMENTS", "").splitlines()):
@@ -86,9 +87,7 @@ def cuda_issues(job: Any, pins: Mapping[str, Any]) -> list[Issue]:
             why = f"job {job.id}: CUDA {cuda} on {job.platform} cannot be built: {lock['unavailable'][line]}"
             issues.append(Issue(where, why, line))
         elif line not in lock["requirements"]:
-            issues.append(
-                Issue(where, f"job {job.id}: {line} is not in the CUDA {cuda} {job.platform} lock; {hint}", line)
-            )
+            issues.append(Issue(where, f"job {job.id}: {line} is not in {name}; {hint}", line))
     return issues
 
 
@@ -101,13 +100,28 @@ def runtime_issues(image: Any, pins: Mapping[str, Any]) -> list[Issue]:
 
 
 def unbuildable(
-    jobs: Iterable[Any], images: Iterable[Any], pins: Mapping[str, Any] | None, stack_locked: Collection[str] = ()
+    jobs: Iterable[Any],
+    images: Iterable[Any],
+    pins: Mapping[str, Any] | None,
+    stack_locked: Collection[str] = (),
+    record: Mapping[str, stack_toolkits.StackToolkit] | None = None,
 ) -> list[Issue]:
     """Every image of the plan the bundle cannot build; none when the bundle predates pin summaries.
-    ``stack_locked``: the jobs whose CUDA lock is the stack's (the runner makes their image with it)."""
+    ``stack_locked``: the jobs whose CUDA lock is the stack's (the runner makes their image with it): checked
+    against that lock's ``record`` entry (compiler, requirement lines), as the bundle's are, before a launch."""
     if not pins:
         return []
     issues = [issue for job in jobs for issue in builder_issues(job, pins, job.id in stack_locked)]
+    for job in jobs:
+        cuda = job.image.build_args.get("CUDA_VERSION") if job.id in stack_locked else None
+        entry = (record or {}).get(f"{cuda}-{job.platform}") if cuda else None
+        if entry is not None:
+            view = {
+                "compiler": entry.compiler,
+                "unavailable": entry.unavailable,
+                "requirements": entry.row.requirements,
+            }
+            issues += cuda_issues(job, {"cuda": {entry.name: view}}, entry.key)
     return issues + [issue for image in images for issue in runtime_issues(image, pins)]
 
 
