@@ -11,7 +11,9 @@ with NVIDIA's libraries), with nvcc from the repository's CUDA 13.0 lock (wfbuil
 It reads the wheel as the farm's abi stage does (wfbuild.wheels.abi: stable or per-torch, and the floor) and
 what its module links (libcuda.so.1, no libcuda carried), and writes the wheel and those records into --out.
 ``publish`` has the farm make that wheel instead: the shipped template on the embedded AWS, a request for
-stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90), built, tested as published and
+stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90), without its driver API call
+(``STABLE_EXT_NO_DRIVER=1``: a module needing libcuda.so.1 does not import on the farm's driverless build and test
+hosts, so its smoke test would fail there), built, tested as published and
 signed by the run; the published wheel and its provenance are copied out of the channel into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
 interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
@@ -86,14 +88,20 @@ def publish(out: Path) -> int:
         s3.put_object(Bucket=bucket, Key=key, Body=pack_source(FIXTURE, "wf-stable-cuda"))
         request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": f"s3://{bucket}/{key}"},
                    "torch": ["2.14"], "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable",
-                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"}}  # fmt: skip
+                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"},
+                   "build_env": {"STABLE_EXT_NO_DRIVER": "1"}}  # fmt: skip
         result = aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=3600)
         run_id = result.arn.rsplit(":", 1)[1]
-        report = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/report.json")["Body"].read())
+        try:
+            report = json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run_id}/report.json")["Body"].read())
+        except s3.exceptions.NoSuchKey:  # refused before a report (Validate): the execution's own error says why
+            report = {"failed": [{"error": result.error, "cause": result.cause}]}
         listing = s3.list_objects_v2(Bucket=bucket, Prefix="wheels/gpu-check/").get("Contents", [])
         found = [o["Key"] for o in listing if o["Key"].endswith((".whl", ".provenance.json"))]
-        for name in found:
-            s3.download_file(bucket, name, str(out / name.rsplit("/", 1)[1]))
+        logs = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/jobs/").get("Contents", [])]
+        for name in found + [k for k in logs if k.endswith("/build.log")]:
+            local = out / (name.rsplit("/", 1)[1] if name in found else f"{name.split('/')[3]}.log")
+            s3.download_file(bucket, name, str(local))
         record = {"run": run_id, "status": result.status, "published": found, "instances_left": len(aws.instances()),
                   "failed": report.get("failed"), "staged": (report.get("merge") or {}).get("wheels")}  # fmt: skip
     (out / "published.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -136,7 +144,10 @@ def check(wheel: Path, report: Path | None) -> int:
             found |= {"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0))}
             found["gpu_on_device"] = got.device.type
             found["gpu_max_abs_error"] = float((got.cpu() - (a * 3.0 + b)).abs().max())
-            found["driver_version"] = wf_stable_cuda.driver_version()  # cuDriverGetVersion, through -lcuda
+            try:  # cuDriverGetVersion, through -lcuda (a build with STABLE_EXT_NO_DRIVER=1 has none)
+                found["driver_version"] = wf_stable_cuda.driver_version()
+            except AttributeError:
+                found["driver_version"] = "not built (STABLE_EXT_NO_DRIVER=1)"
     print(json.dumps(found, indent=1))
     if report:
         report.write_text(json.dumps(found, indent=1) + "\n")

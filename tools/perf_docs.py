@@ -60,9 +60,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench/abi_plans.py",
     ),
     "gpu_check_stable": (
-        "a stable-ABI wheel's CUDA kernel and driver-API call (-lcuda) on a GPU under a torch minor other than the "
+        "a stable-ABI wheel's CUDA kernel (and driver-API call, -lcuda) on a GPU under a torch minor other than the "
         "one it was built with, by its check and by the farm's GPU step",
-        "bench/gpu_check_stable.py build; then check WHEEL and python -m wfbuild.gpu.gpu_test on a host with a GPU",
+        "bench/gpu_check_stable.py build (or publish: the farm's own run); then check WHEEL and "
+        "python -m wfbuild.gpu.gpu_test on a host with a GPU",
     ),
     "release_day": (
         "release day, run: one watcher tick on the embedded stack against today's PyPI, to the published wheel",
