@@ -11,9 +11,9 @@ with NVIDIA's libraries), with nvcc from the repository's CUDA 13.0 lock (wfbuil
 It reads the wheel as the farm's abi stage does (wfbuild.wheels.abi: stable or per-torch, and the floor) and
 what its module links (libcuda.so.1, no libcuda carried), and writes the wheel and those records into --out.
 ``publish`` has the farm make that wheel instead: the shipped template on the embedded AWS, a request for
-stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90), without its driver API call
-(``STABLE_EXT_NO_DRIVER=1``: a module needing libcuda.so.1 does not import on the farm's driverless build and test
-hosts, so its smoke test would fail there), built, tested as published and
+stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90; its module names libcuda.so.1:
+on the driverless build and test hosts its import uses the driver stand-in, wfbuild.wheels.driver_standin),
+built, tested as published and
 signed by the run; the published wheel and its provenance are copied out of the channel into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
 interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
@@ -88,8 +88,7 @@ def publish(out: Path) -> int:
         s3.put_object(Bucket=bucket, Key=key, Body=pack_source(FIXTURE, "wf-stable-cuda"))
         request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": f"s3://{bucket}/{key}"},
                    "torch": ["2.14"], "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable",
-                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"},
-                   "build_env": {"STABLE_EXT_NO_DRIVER": "1"}}  # fmt: skip
+                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"}}  # fmt: skip
         result = aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=3600)
         run_id = result.arn.rsplit(":", 1)[1]
         try:

@@ -35,7 +35,7 @@ from packaging.requirements import Requirement
 
 from wfbuild import envs
 from wfbuild.stages import package_tests
-from wfbuild.wheels import wheelfile
+from wfbuild.wheels import driver_standin, wheelfile
 
 PROBE = Path(__file__).with_name("smoke_probe.py")
 GROUP = "wheelfoundry_smoke"
@@ -149,8 +149,10 @@ def _clean_env(venv: Path, cuda: bool) -> dict[str, str]:
     return env
 
 
-def _probe(venv: Path, wheel: Path, spec: dict[str, object], cuda: bool) -> list[dict[str, object]]:
-    env = _clean_env(venv, cuda)
+def _probe(
+    venv: Path, wheel: Path, spec: dict[str, object], cuda: bool, extra: dict[str, str]
+) -> list[dict[str, object]]:
+    env = {**_clean_env(venv, cuda), **extra}
     argv = [str(venv / "bin" / "python"), "-I", str(PROBE), json.dumps(spec)]
     proc = subprocess.run(argv, cwd=venv, env=env, capture_output=True, text=True, timeout=900)
     results: list[dict[str, object]] = []
@@ -184,10 +186,11 @@ def _smoke_in(venv: Path, wheel: Path, cfg: Config, python: str, base: Path | No
         subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
         envs.link_base(venv, base)
     _install(venv, wheel, base, wheelfile.info(wheel).project)
-    results = _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built)
+    driver = driver_standin.import_env(wheel, venv.parent) if cfg.cuda_built else {}  # no driver on this host
+    results = _probe(venv, wheel, spec_for(wheel, cfg), cfg.cuda_built, driver)
     if cfg.tests is not None:
         passed, detail = package_tests.run(
-            venv, cfg.tests, {**_clean_env(venv, cfg.cuda_built), "PYTHONDONTWRITEBYTECODE": "1"}
+            venv, cfg.tests, {**_clean_env(venv, cfg.cuda_built), **driver, "PYTHONDONTWRITEBYTECODE": "1"}
         )
         print(f"  {'ok  ' if passed else 'FAIL'} package tests: {detail}", flush=True)
         if not passed:

@@ -1,0 +1,59 @@
+"""A stable-ABI CUDA extension that calls the driver API, built and published from hosts without a GPU or driver.
+
+tests/fixtures/stable_cuda_ext (a CPU op and a CUDA kernel on torch::stable, TORCH_TARGET_VERSION 2.10, the limited
+Python API; ``driver_version()`` links ``-lcuda``) requested with ``abi: stable`` for torch 2.14, CUDA 13.0, Python
+3.11, sm_90, on the shipped template. Its module names libcuda.so.1, which no build or test host here has: the
+smoke stage and the test job import it with the driver stand-in (wfbuild.wheels.driver_standin), say so, and the
+one ``cp39-abi3`` wheel is published with ``Requires-Dist: torch>=2.14`` and its abi reading (stable, floor 2.10)
+in its provenance. Without the stand-in this run fails at its smoke stage (``Could not load this library``).
+bench/gpu_check_stable.py publish makes the same wheel for the GPU check (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.workflow.conftest import explained, run, s3_json, s3_keys, upload
+from tests.workflow.test_merged import hide_system_cuda
+from wheelfoundry_local import DeployedStack, EmbeddedAws
+
+pytestmark = pytest.mark.heavy  # a real CUDA build from the repository's toolkit lock: `make test-heavy`
+ROOT = Path(__file__).resolve().parents[2]
+CELL = "torch2.14.1-cp311-cuda13.0-x86_64"
+
+
+def test_a_stable_cuda_wheel_calling_the_driver_is_smoke_tested_and_published_without_a_driver(
+    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hide_system_cuda(monkeypatch)  # the compiler comes from the lock the runner installs
+    uri = upload(aws, stack, ROOT / "tests" / "fixtures" / "stable_cuda_ext", "wf-stable-cuda")
+    request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": uri}, "torch": ["2.14"],
+               "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable", "torch_index": "pip",
+               "channel": "ci", "options": {"executor": "ec2"}}  # fmt: skip
+    result = run(aws, stack, request, timeout=1800)
+    assert result.succeeded, explained(aws, stack, result)
+    run_id = result.arn.rsplit(":", 1)[1]
+    for job in ("wf-stable-cuda-cuda13.0-x86_64", "wf-stable-cuda-test-cp311-x86_64"):  # the build's smoke, the test
+        log = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"],
+                                          Key=f"runs/{run_id}/jobs/{job}/build.log")["Body"].read().decode()  # fmt: skip
+        assert "needs libcuda.so.1 (cuDriverGetVersion); this host has no NVIDIA driver" in log, job
+    (key,) = [k for k in s3_keys(aws, stack, "wheels/ci/wf-stable-cuda/") if k.endswith(".whl")]
+    assert key.rsplit("/", 1)[1].startswith("wf_stable_cuda-0.1.0+abi214cu13-cp39-abi3-manylinux_"), key
+    body = aws.client("s3").get_object(Bucket=stack.outputs["WheelBucketName"], Key=key)["Body"].read()
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [ln for ln in archive.read(meta).decode().splitlines() if ln.startswith("Requires-Dist: torch")]
+        assert not [n for n in archive.namelist() if "libcuda" in n.rsplit("/", 1)[-1]]  # the driver is the user's
+    assert requires == ["Requires-Dist: torch>=2.14"], requires
+    statement = json.loads(base64.b64decode(s3_json(aws, stack, f"{key}.provenance.json")["payload"]))
+    byproducts = {b["name"]: json.loads(base64.b64decode(b["content"])) for b in
+                  statement["predicate"]["runDetails"]["byproducts"]}  # fmt: skip
+    (reading,) = byproducts["abi"].values()
+    assert reading[CELL]["stable"] is True and reading[CELL]["floor"] == "2.10", reading
+    assert list(byproducts["tested_in"].values()) == [[CELL]]
