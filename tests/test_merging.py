@@ -196,3 +196,43 @@ def test_a_stable_wheel_is_staged_once_for_every_torch_it_serves(s3: Any, tmp_pa
     assert staged["sha256"] == wheel["sha256"] and staged["filename"] == path.name  # the built bytes, not rewritten
     assert staged["cells"] == list(CELLS) and staged["variants"] == ["torch-2.13.0+cpu", "torch-2.14.1+cpu"]
     assert staged["test_job"] == TEST["id"] and _keys(s3, "wheels/") == []
+
+
+def test_an_abi3_wheel_every_python_built_is_staged_once_from_the_oldest_python_for_each_test_job(
+    s3: Any, tmp_path: Path
+) -> None:
+    # abi "stable", Pythons 3.11 and 3.12: each Python's build made a cp39-abi3 wheel of one name
+    tests = {py: {**TEST, "id": f"my-ext-test-cp{py}-x86_64", "prefix": f"runs/run-1/jobs/my-ext-test-cp{py}-x86_64/"}
+             for py in ("311", "312")}  # fmt: skip
+    jobs, bodies = [], {}
+    for py in ("3.12", "3.11"):
+        tag = py.replace(".", "")
+        prefix = f"runs/run-1/jobs/my-ext-cpu-cp{tag}-x86_64/"
+        cell = {"id": f"torch2.13.0-cp{tag}-cpu-x86_64", "torch_version": "2.13.0", "python": py, "cuda": None,
+                "local_label": "abi213cpu", "build_id": f"torch2.13-cpu-cp{tag}"}  # fmt: skip
+        serves = [cell, {**cell, "id": f"torch2.14.1-cp{tag}-cpu-x86_64", "torch_version": "2.14.1"}]
+        contract = {"cells": [cell], "serves": serves, "abi": "stable", "name": "my-ext"}
+        put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": contract})
+        put(s3, f"{tests[tag]['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": serves}})
+        put(s3, f"{prefix}result.json", {"status": "succeeded"})
+        path = cell_wheel(tmp_path / tag, "abi213cpu")
+        path = path.rename(path.with_name("my_ext-1.0+abi213cpu-cp39-abi3-manylinux_2_28_x86_64.whl"))
+        bodies[py] = data = path.read_bytes() + tag.encode()  # the two builds' bytes differ
+        put(s3, f"{prefix}wheels/{path.name}", data)
+        wheel = {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "smoke": "passed",
+                 "cell": {"id": cell["id"]}}  # fmt: skip
+        put(s3, f"{prefix}manifest.json", {"wheels": [wheel]})
+        jobs.append({"id": f"my-ext-cpu-cp{tag}-x86_64", "kind": "extension", "prefix": prefix})
+    run = {"id": "run-1", "bucket": BUCKET, "channel": "ci", "layout": "auto", "require_all_cells": False}
+    out = stage_run({"run": run, "jobs": jobs, "test_jobs": list(tests.values())}, s3, tmp_path)
+    assert out["status"] == "succeeded" and out["missing_cells"] == []
+    oldest = hashlib.sha256(bodies["3.11"]).hexdigest()
+    staged = {w["test_job"]: w for w in out["wheels"]}
+    assert set(staged) == {t["id"] for t in tests.values()}
+    assert {w["sha256"] for w in staged.values()} == {oldest}  # one name, one set of bytes: Python 3.11's build
+    assert staged["my-ext-test-cp312-x86_64"]["cells"] == [
+        "torch2.13.0-cp312-cpu-x86_64",
+        "torch2.14.1-cp312-cpu-x86_64",
+    ]
+    assert staged["my-ext-test-cp311-x86_64"]["builds"] == ["torch2.13-cpu-cp311"]
+    assert staged["my-ext-test-cp311-x86_64"]["same_name_builds"] == ["torch2.13-cpu-cp312"]

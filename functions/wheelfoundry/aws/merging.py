@@ -221,11 +221,25 @@ def _stage_cells(
     serving: dict[str, dict[str, Any]],
     out: dict[str, Any],
 ) -> None:
-    for cell, _ in sorted(cells, key=lambda c: c[0]["id"]):
+    # An abi3 or py3-none wheel has one name whatever Python built it: the oldest Python's build is staged once
+    # for the cells of every Python, each tested in its own test job; the others' bytes are not published.
+    chosen: dict[str, tuple[dict[str, Any], list[dict[str, Any]], list[str]]] = {}
+    for cell, _ in sorted(cells, key=lambda c: (Version(str(c[0].get("python", "0"))), c[0]["id"])):
         served = cell.get("serves") or [cell]  # abi "stable": the range's cells of its Python, each tested
-        fields = {"cells": [c["id"] for c in served], "builds": [cell["build_id"]]}
-        fields["variants"] = _variants(served)
-        _stage(s3, bucket, serving.get(served[0]["id"]), local[cell["id"]], cell["sha256"], out, **fields)
+        name = local[cell["id"]].name
+        if name in chosen:
+            chosen[name][1].extend(served)
+            chosen[name][2].append(cell["build_id"])
+        else:
+            chosen[name] = (cell, list(served), [])
+    for _, (cell, served, same_name) in sorted(chosen.items()):
+        by_test: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for c in served:
+            by_test[str((serving.get(c["id"]) or {}).get("id"))].append(c)
+        for _, mine in sorted(by_test.items()):
+            fields = {"cells": [c["id"] for c in mine], "builds": [cell["build_id"]], "variants": _variants(mine)}
+            fields |= {"same_name_builds": same_name} if same_name else {}
+            _stage(s3, bucket, serving.get(mine[0]["id"]), local[cell["id"]], cell["sha256"], out, **fields)
 
 
 def _stage_merged(
