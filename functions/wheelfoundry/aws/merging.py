@@ -27,6 +27,7 @@ from packaging.version import Version
 
 from wheelfoundry.aws.results import safe_wheel_name
 from wheelfoundry.aws.retest_stage import retest_stagings
+from wheelfoundry.planning.calibration import python_free
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 STABLE = (
@@ -53,12 +54,16 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
     result = _json(s3, bucket, f"{prefix}result.json") or {}
     manifest = _json(s3, bucket, f"{prefix}manifest.json") if result.get("status") in ("succeeded", "partial") else None
     found: dict[str, tuple[dict[str, Any], str]] = {}
+    lost: list[str] = []  # cells of other Pythons a python_free build was to serve, its wheel tied to its own
     for wheel in (manifest or {}).get("wheels", []):
         cell_id = str((wheel.get("cell") or {}).get("id"))
         if wheel.get("smoke") != "passed" or cell_id not in cells:
             continue
         name = safe_wheel_name(job["id"], wheel.get("name"))
-        served = [c for c in serves if c.get("python") == cells[cell_id]["python"]]
+        # one build for every Python (python_free) only if its wheel is abi3 / py3-none; else its own Python's
+        free = bool(ext.get("python_free")) and python_free(name)
+        served = [c for c in serves if free or c.get("python") == cells[cell_id]["python"]]
+        lost += [str(c["id"]) for c in serves if c not in served and ext.get("python_free")]
         found[cell_id] = (
             {
                 **cells[cell_id],
@@ -68,7 +73,7 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
             },
             f"{prefix}wheels/{name}",
         )
-    return list(found.values()), [c for c in cells if c not in found]
+    return list(found.values()), [c for c in cells if c not in found] + sorted(set(lost))
 
 
 def variant_of(cell: dict[str, Any]) -> str:

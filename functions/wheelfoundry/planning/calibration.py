@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelfoundry.config import FarmConfig
@@ -157,6 +158,9 @@ def cells_of(job: Mapping[str, Any], manifest: Mapping[str, Any], config: FarmCo
         reading = (manifest.get("abi") or {}).get(cell.get("id"))  # wfbuild.wheels.abi's: stable, floor
         if isinstance(reading, Mapping) and isinstance(reading.get("stable"), bool):
             record["abi"] = {"stable": reading["stable"], "floor": reading.get("floor"), "source": source_id(ext)}
+        names = [str(w.get("name")) for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
+        if names and "abi" in record:  # the wheel's tags: abi3 or py3-none serves every later Python
+            record["abi"]["python_free"] = all(python_free(n) for n in names)
         sizes = [w.get("size") for w in manifest.get("wheels") or [] if _cell_of(w) == cell.get("id")]
         if sizes and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             record["wheel_bytes"] = max(sizes)
@@ -192,6 +196,31 @@ def updated(
 def source_id(ext: Mapping[str, Any]) -> str:
     """The exact source a recorded reading is of: the sdist's S3 URI (its key names its digest), or repo@ref."""
     return str(ext.get("source_s3") or f"{ext.get('source_git')}@{ext.get('source_ref')}")
+
+
+def python_free(filename: str) -> bool:
+    """Whether a wheel's name serves every Python from its tag's on (``cp39-abi3``, ``py3-none``)."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
+
+
+def proven_python_free(record: Mapping[str, Any] | None, source: str) -> str | None:
+    """Why a stable plan of this ``source`` may build one Python for all (None: it may not): every cell of the
+    newest recorded run of it made an abi3 or py3-none wheel."""
+    cells = [
+        c
+        for c in (record or {}).get("cells", [])
+        if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping) and c["abi"].get("source") == source
+    ]
+    if not cells:
+        return None
+    run = cells[-1].get("run")
+    if all(c["abi"].get("python_free") is True for c in cells if c.get("run") == run):
+        return f"run {run} made abi3 / py3-none wheels"
+    return None
 
 
 def proven_stable(

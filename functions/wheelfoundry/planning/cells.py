@@ -50,12 +50,13 @@ def cells_for(request: ExtensionRequest, catalog: Catalog, cuda: str | None, pla
 Group = tuple[str | None, str, tuple[CellSpec, ...], tuple[CellSpec, ...]]
 
 
-def build_groups(request: ExtensionRequest, catalog: Catalog) -> list[Group]:
+def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool = False) -> list[Group]:
     """(CUDA or None, platform, cells to build, cells their wheels serve) per group of one job's toolkit. abi
     "stable": per (CUDA major, platform) and Python one cell is built, against the oldest torch any variant of
     the major offers that Python, with the oldest toolkit offering it (a cu126 build runs on 12.8's runtime
     too); its wheel serves every cell of that Python and major, each with its own CUDA and torch index (the
-    test jobs' environments)."""
+    test jobs' environments). ``one_python``: the source's wheels are abi3 or py3-none (calibration), so the
+    oldest Python's one build serves the cells of every Python of the major."""
     found = [
         (
             None if spec == "cpu" else spec,
@@ -76,13 +77,15 @@ def build_groups(request: ExtensionRequest, catalog: Catalog) -> list[Group]:
         members.sort(key=lambda m: (Version(m[0] or "0"), Version(m[1].torch_version)))  # oldest toolkit first
         built: dict[str | None, list[CellSpec]] = {}
         served: dict[str | None, list[CellSpec]] = {}
-        for python in dict.fromkeys(cell.python for _, cell in members):
+        pythons = list(dict.fromkeys(cell.python for _, cell in members))
+        for python in [min(pythons, key=Version)] if one_python else pythons:
             mine = [(v, c) for v, c in members if c.python == python]
             oldest = min(Version(c.torch_version) for _, c in mine)
             builder, cell = next((v, c) for v, c in mine if Version(c.torch_version) == oldest)
             built.setdefault(builder, []).append(dataclasses.replace(cell, local_label=stable_label(cell, major)))
             served.setdefault(builder, []).extend(
-                dataclasses.replace(c, cuda=v, torch_index_url=index_url(request, v)) for v, c in mine
+                dataclasses.replace(c, cuda=v, torch_index_url=index_url(request, v))
+                for v, c in (members if one_python else mine)
             )
         out += [(cuda, where, tuple(cells), tuple(served[cuda])) for cuda, cells in built.items()]
     return out

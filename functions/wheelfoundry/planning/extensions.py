@@ -102,8 +102,11 @@ def plan_extension(
     ):
         request = dataclasses.replace(request, abi="stable")  # a recorded build of this source proved it
         notes.append(f"abi auto: planned as stable, one build per CUDA major and Python ({why})")
+    free = calibration.proven_python_free(record, source) if request.abi == "stable" else None
+    if free:  # an abi3 / py3-none wheel: the oldest Python's build serves every Python
+        notes.append(f"abi3: one build per CUDA major and platform serves every Python ({free})")
     groups = []
-    for cuda, platform, cells, served in build_groups(request, catalog):
+    for cuda, platform, cells, served in build_groups(request, catalog, one_python=bool(free)):
         if cells:
             arch_list = (request.arch_list or default_arch_list(catalog, cells, cuda, platform)) if cuda else None
             if arch_list and served and not request.arch_list:  # a stable build serves the major's newer toolkits too
@@ -141,10 +144,12 @@ def plan_extension(
             shard = cells[start : start + size]
             start += size
             suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
-            serves = tuple(c for c in served if c.python in {b.python for b in shard})
+            serves = served if free else tuple(c for c in served if c.python in {b.python for b in shard})
             job = _job(
                 request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix, serves
             )
+            job = dataclasses.replace(job, extension=dataclasses.replace(job.extension, python_free=True)) if (
+                free and job.extension) else job  # fmt: skip
             jobs.append(job)
             costs[job.id] = cost
     notes += [size_note] if size_note else []

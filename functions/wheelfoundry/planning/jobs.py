@@ -129,6 +129,9 @@ class ExtensionSpec:
     # abi "stable": every cell the built wheels serve (each torch of the range, per Python), which the test
     # jobs install them into; empty: the cells themselves
     serves: tuple[CellSpec, ...] = ()
+    # abi "stable" whose recorded wheels were abi3 / py3-none: one build (the oldest Python) serves every Python's
+    # cells; Merge keeps only its own Python's cells if the wheel it made is tied to that Python after all
+    python_free: bool = False
 
 
 @dataclass(frozen=True)
