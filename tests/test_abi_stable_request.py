@@ -166,3 +166,20 @@ def test_a_stable_cu12_build_serving_newer_gpus_adds_ptx_for_its_newest_arch() -
     (job,) = plan.jobs
     assert job.arch_list is not None and job.arch_list.endswith("9.0+PTX"), job.arch_list
     assert any("also serves GPUs it cannot compile for" in n for n in plan.notes), plan.notes
+
+
+def test_a_stable_wheel_for_pypi_takes_a_public_version_one_kind_per_request() -> None:
+    raw = {**BASE, "torch": ["2.10", "2.12"], "cuda": ["12.6"], "python": ["3.12"], "abi": "stable",
+           "local_version": False, "options": {"publish": "pypi"}}  # fmt: skip
+    plan = plan_request(parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config())
+    (job,) = plan.jobs
+    assert job.extension is not None and job.extension.label_wheels is False  # repair adds no +abi210cu12
+    assert "--local-label" not in [s for stage in render_stages(job.to_dict()) for s in stage.argv]
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request({**raw, "cuda": ["cpu", "12.6"]}, load_catalog(), load_config())
+    (issue,) = caught.value.issues
+    assert issue.path == "local_version" and "gives the cpu, cu12 wheels one name" in issue.message
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request({**raw, "local_version": True}, load_catalog(), load_config())
+    (issue,) = caught.value.issues
+    assert issue.path == "options.publish" and "which pypi refuses: set local_version false" in issue.message

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import parse_wheel_filename
 
 from wheelfoundry.publishing.merge import MergeConflict
-from wheelfoundry.request.retest import stable_label
+from wheelfoundry.request.stable_wheels import stable_kind, stable_label
 
 
 def _contract(s3: Any, bucket: str, key: str) -> dict[str, Any]:
@@ -33,8 +33,7 @@ def serves(filename: str, cell: dict[str, Any], platform: str) -> bool:
     """Whether the stable wheel ``filename`` is one for this test cell (Python, CUDA major) on ``platform``."""
     _, version, _, tags = parse_wheel_filename(filename)
     kind = (stable_label(version) or ("", ""))[1]
-    cuda = cell.get("cuda")
-    if kind != ("cpu" if not cuda else f"cu{str(cuda).split('.')[0]}"):
+    if kind != stable_kind(str(cell.get("cuda") or "cpu")):
         return False
     want = tuple(int(p) for p in str(cell["python"]).split("."))
     for tag in tags:

@@ -37,6 +37,7 @@ from wheelfoundry.planning.sizing import choose_instance, ec2_usd_per_hour, max_
 from wheelfoundry.planning.source_profile import SourceProfile
 from wheelfoundry.planning.walltime import CellCost
 from wheelfoundry.request.model import ExtensionRequest, ExtensionSource
+from wheelfoundry.request.stable_wheels import stable_kind
 from wheelfoundry.request.targets import target_id, variant
 
 
@@ -97,8 +98,11 @@ def plan_extension(
     source = calibration.source_id({"source_s3": request.source.s3, "source_git": request.source.git,
                                     "source_ref": request.source.ref})  # fmt: skip
     kinds = frozenset(spec != "cpu" for spec in request.cuda)
-    if request.abi == "auto" and (
-        why := calibration.proven_stable(record, oldest_minor(request, catalog), source, kinds)
+    one_name = request.local_version or len({stable_kind(c) for c in request.cuda}) == 1  # else names collide
+    if (
+        request.abi == "auto"
+        and one_name
+        and (why := calibration.proven_stable(record, oldest_minor(request, catalog), source, kinds))
     ):
         request = dataclasses.replace(request, abi="stable")  # a recorded build of this source proved it
         notes.append(f"abi auto: planned as stable, one build per CUDA major and Python ({why})")
@@ -288,7 +292,10 @@ def _job(
         layout=request.layout,
         require_all_cells=request.require_all_cells,
         # auto may fall back to per-cell wheels after the build: every cell wheel gets its label
-        label_wheels=request.layout != "per-cell" or request.local_version,
+        # abi stable: local_version false gives the one wheel a public version (PyPI), one kind per request
+        label_wheels=request.local_version
+        if request.abi == "stable"
+        else request.layout != "per-cell" or request.local_version,
         parallel_cells=slots.cells,
         nvcc_threads=slots.threads,
         cell_wheel_bytes=wheel_size.cell_bytes(bool(cuda), arch_list, cost.wheel_bytes)[0],

@@ -22,7 +22,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry.request.retest import kind_of, stable_label
+from wheelfoundry.request.stable_wheels import kind_of, stable_label
 
 VARIANT = re.compile(r"^torch-(?P<torch>[0-9][0-9a-z.]*)\+(?P<label>cpu|cu[0-9]{2,4})$")
 PLATFORM = re.compile(r"(x86_64|aarch64)$")

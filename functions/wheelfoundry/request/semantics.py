@@ -16,7 +16,7 @@ from wheelfoundry.catalog.resolve import Resolved, Unresolvable, python_for, res
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.errors import Issue
 from wheelfoundry.request import exclusions
-from wheelfoundry.request.retest import retest_issues
+from wheelfoundry.request.stable_wheels import name_issues, retest_issues
 from wheelfoundry.request.targets import check_arch_list, check_target, target_id
 
 CHANNEL_BY_KIND = {"release": "release", "rc": "test", "nightly": "nightly"}
@@ -284,7 +284,7 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         issues.append(Issue("arch_list", "arch_list applies only when cuda lists a CUDA version", arch_list))
     if left_out and resolved and not issues and not _some_cell(data, resolved, left_out):
         issues.append(Issue("exclude", "the entries leave out every cell of the request: nothing to build", None))
-    issues += _local_labels_to_pypi(data)
+    issues += _local_labels_to_pypi(data) + name_issues(data)
     return issues
 
 

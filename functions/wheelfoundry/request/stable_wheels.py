@@ -1,6 +1,8 @@
-"""``retest``: published stable-ABI wheels a request tests on its cells instead of building (issue: release day
-without a compile). What the names say is checked here, before anything is read or launched; that each wheel
-is the channel's, with the bytes it published, Validate reads from the channel's index state (aws.retests).
+"""Stable-ABI wheels in a request: their names (a kind per CUDA major, the +abi<floor><kind> label, public
+versions for PyPI) and ``retest``, published stable wheels a request tests on its cells instead of building
+(release day without a compile). What the names say is checked here, before anything is read or launched;
+that each retest wheel is the channel's, with the bytes it published, Validate reads from the channel's index
+state (aws.retests).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ def stable_label(version: Version) -> tuple[str, str] | None:
     """(floor, CUDA major) of a stable wheel's local label (``abi213cpu`` -> ("2.13", "cpu")), else None."""
     match = STABLE_LABEL.fullmatch(version.local or "")
     return (f"{match['major']}.{match['minor']}", match["kind"]) if match else None
+
+
+def stable_kind(cuda: str) -> str:
+    """The kind of stable wheel a request's ``cuda`` entry gets: cpu, or its CUDA major (13.0, 13.2 -> cu13)."""
+    return "cpu" if cuda == "cpu" else f"cu{str(cuda).split('.')[0]}"
 
 
 def kind_of(label: str) -> str:
@@ -64,8 +71,27 @@ def retest_issues(data: Mapping[str, Any], torch: Mapping[str, str]) -> list[Iss
             why = f"{parts[3]} requires torch>={floor}; the request names torch {', '.join(below)}"
             issues.append(Issue(where, why, key))
     for i, cuda in enumerate(data.get("cuda") or ()):
-        kind = "cpu" if cuda == "cpu" else f"cu{str(cuda).split('.')[0]}"
+        kind = stable_kind(str(cuda))
         if kinds and kind not in kinds:
             why = f"no retest wheel is built for {kind} (the wheels are {', '.join(sorted(kinds))})"
             issues.append(Issue(f"cuda[{i}]", why, cuda, tuple(sorted(kinds))))
     return issues
+
+
+def name_issues(data: Mapping[str, Any]) -> list[Issue]:
+    """abi stable: one wheel per kind (cpu, cu12, cu13), Python and platform. Without local versions the kinds'
+    wheels would share a name; with them PyPI refuses the label (+abi213cu13): said before the build."""
+    if data.get("abi") != "stable":
+        return []
+    kinds = sorted({stable_kind(str(c)) for c in data.get("cuda") or ()})
+    if data.get("local_version") is False and len(kinds) > 1:
+        why = f"abi stable without local versions gives the {', '.join(kinds)} wheels one name: request one of them"
+        return [Issue("local_version", why, False, ("true", "one CUDA major (or cpu) per request"))]
+    options = data.get("options") or {}
+    publish = options.get("publish")
+    target = publish.get("repository") if isinstance(publish, Mapping) else publish
+    if target in ("pypi", "testpypi") and data.get("local_version") is not False:
+        why = (f"abi stable wheels carry a local version label (+abi<floor><cpu|cuNN>), which {target} refuses: "
+               "set local_version false (one CUDA major, or cpu, per request) for a public version")  # fmt: skip
+        return [Issue("options.publish", why, target, ("local_version false",))]
+    return []
