@@ -45,7 +45,7 @@ def driver_imports(wheel: Path) -> list[str]:
                 continue
             if not isinstance(dynamic, DynamicSection):
                 continue
-            needed = [str(t.needed) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+            needed = [str(getattr(t, "needed", "")) for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
             if DRIVER in needed:
                 found |= {s for s in symbols(io.BytesIO(data))[0] if DRIVER_FUNCTION.match(s)}
     return sorted(found)
