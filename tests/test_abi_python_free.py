@@ -5,14 +5,12 @@ out to be tied to it after all."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from tests.test_abi_stable_request import BASE
-from tests.test_merge import cell_wheel
-from tests.test_merging import BUCKET, TEST, put, s3  # noqa: F401
+from tests.test_merging import BUCKET, TEST, s3, stable_job  # noqa: F401
 from wheelfoundry.aws.merging import stage_run
 from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
@@ -69,22 +67,9 @@ def test_a_build_planned_for_every_python_whose_wheel_is_tied_to_its_own_serves_
     cell = {"id": "torch2.13.0-cp311-cpu-x86_64", "torch_version": "2.13.0", "python": "3.11", "cuda": None,
             "local_label": "abi213cpu", "build_id": "torch2.13-cpu"}  # fmt: skip
     serves = [cell, {**cell, "id": "torch2.13.0-cp312-cpu-x86_64", "python": "3.12"}]
-    contract = {"cells": [cell], "serves": serves, "abi": "stable", "name": "my-ext", "python_free": True}
-    put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": contract})
-    put(s3, f"{TEST['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": serves[:1]}})
-    put(s3, f"{prefix}result.json", {"status": "succeeded"})
-    path = cell_wheel(tmp_path / "w", "abi213cpu")  # my_ext-1.0+abi213cpu-cp311-cp311-...: not abi3 after all
-    data = path.read_bytes()
-    put(s3, f"{prefix}wheels/{path.name}", data)
-    wheel = {
-        "name": path.name,
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "smoke": "passed",
-        "cell": {"id": cell["id"]},
-    }
-    put(s3, f"{prefix}manifest.json", {"wheels": [wheel]})
+    # the wheel is my_ext-1.0+abi213cpu-cp311-cp311-...: tied to Python 3.11 after all
+    job, _, _ = stable_job(s3, tmp_path / "w", prefix, cell, serves, serves[:1], python_free=True)
     run = {"id": "run-1", "bucket": BUCKET, "channel": "ci", "layout": "auto", "require_all_cells": False}
-    job = {"id": "my-ext-cpu-x86_64", "kind": "extension", "prefix": prefix}
     out = stage_run({"run": run, "jobs": [job], "test_jobs": [TEST]}, s3, tmp_path)
     assert out["missing_cells"] == ["torch2.13.0-cp312-cpu-x86_64"] and out["status"] == "partial"
     (staged,) = out["wheels"]

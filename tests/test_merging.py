@@ -165,6 +165,30 @@ def test_a_test_job_publishes_only_the_bytes_merge_staged(s3: Any, tmp_path: Pat
         collect({"job": TEST, "run": run, "build": {"wheels": [forged]}}, s3)
 
 
+def stable_job(
+    s3: Any,
+    folder: Path,
+    prefix: str,
+    built: dict[str, Any],
+    serves: list[dict[str, Any]],
+    tested: list[dict[str, Any]],
+    **contract: Any,
+) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """An abi "stable" job as Validate and the runner leave it: ``built``'s wheel (labelled as the cell says),
+    serving ``serves``; the test job's contract holds ``tested``. (job, its manifest's wheel, the wheel)."""
+    ext = {"cells": [built], "serves": serves, "abi": "stable", "name": "my-ext", **contract}
+    put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": ext})
+    put(s3, f"{TEST['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": tested}})
+    put(s3, f"{prefix}result.json", {"status": "succeeded"})
+    path = cell_wheel(folder, built["local_label"])
+    data = path.read_bytes()
+    put(s3, f"{prefix}wheels/{path.name}", data)
+    wheel = {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "smoke": "passed",
+             "cell": {"id": built["id"]}}  # fmt: skip
+    put(s3, f"{prefix}manifest.json", {"wheels": [wheel]})
+    return {"id": prefix.split("/")[3], "kind": "extension", "prefix": prefix}, wheel, path
+
+
 def test_a_stable_wheel_is_staged_once_for_every_torch_it_serves(s3: Any, tmp_path: Path) -> None:
     # abi "stable": the job built only the oldest torch's cell; its wheel serves 2.13 and 2.14 of its Python, each a
     # cell of the test job, which installs and tests it in both before anything is published
@@ -174,21 +198,7 @@ def test_a_stable_wheel_is_staged_once_for_every_torch_it_serves(s3: Any, tmp_pa
         for cid, (tv, bid, label) in CELLS.items()
     ]
     built = {**serves[0], "local_label": "cpu"}
-    contract = {"cells": [built], "serves": serves, "abi": "stable", "abi_oldest": "2.13", "name": "my-ext"}
-    put(s3, f"{prefix}job.json", {"platform": "x86_64", "cuda": None, "extension": contract})
-    put(s3, f"{TEST['prefix']}job.json", {"kind": "test", "extension": {"name": "my-ext", "cells": serves}})
-    put(s3, f"{prefix}result.json", {"status": "succeeded"})
-    path = cell_wheel(tmp_path / "stable", "cpu")
-    data = path.read_bytes()
-    put(s3, f"{prefix}wheels/{path.name}", data)
-    wheel = {
-        "name": path.name,
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "smoke": "passed",
-        "cell": {"id": built["id"]},
-    }
-    put(s3, f"{prefix}manifest.json", {"wheels": [wheel]})
-    job = {"id": "my-ext-cpu-x86_64", "kind": "extension", "prefix": prefix}
+    job, wheel, path = stable_job(s3, tmp_path / "stable", prefix, built, serves, serves, abi_oldest="2.13")
     out = stage_run(event(job, layout="auto"), s3, tmp_path)
     assert out["status"] == "succeeded" and out["missing_cells"] == []  # the served cells were never built
     assert out["layout"] == "per-cell" and out["layout_reason"].startswith("abi stable: one wheel per CUDA major")

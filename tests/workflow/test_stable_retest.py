@@ -13,43 +13,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.watch_support import RECORDED
-from tests.workflow.conftest import explained, extension_request, run, s3_json, s3_keys, served
+from tests.workflow.conftest import explained, extension_request, run, s3_json, s3_keys
 from tests.workflow.test_release_day import maintainer_queue
 from tests.workflow.test_stable_abi import _source
-from tests.workflow.test_watch import wf
+from tests.workflow.test_watch import stack, upstream, wf  # noqa: F401  (the stack on the recorded indexes)
 from wheelfoundry_local import DeployedStack, EmbeddedAws
 from wheelfoundry_local.demo import pack_source
-from wheelfoundry_local.testing import assert_no_builds, assert_no_instances, aws, embedded_aws  # noqa: F401
+from wheelfoundry_local.testing import aws, embedded_aws  # noqa: F401
 
 pytestmark = pytest.mark.heavy  # real test jobs through the state machine: `make test-heavy` (.ci/heavy)
 ROOT = Path(__file__).resolve().parents[2]
 NEW = "torch2.14.1-cp311-cpu-x86_64"
 
 
-@pytest.fixture
-def stack(aws: EmbeddedAws, tmp_path: Path) -> Iterator[DeployedStack]:  # noqa: F811
-    root = tmp_path / "upstream"
-    shutil.copytree(RECORDED, root)
-    with served(root) as url:
-        parameters = {
-            "UpstreamPypiUrl": f"{url}/pypi.org/",
-            "UpstreamPytorchIndexUrl": f"{url}/download.pytorch.org/whl/",
-        }
-        yield aws.deploy(ROOT / "template.yaml", parameters)
-    assert_no_instances(aws)
-    assert_no_builds(aws)
-
-
 def test_a_new_torch_is_served_by_testing_the_published_stable_wheel_with_no_build(
     aws: EmbeddedAws,  # noqa: F811
-    stack: DeployedStack,
+    stack: DeployedStack,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:

@@ -210,17 +210,21 @@ def python_free(filename: str) -> bool:
 def proven_python_free(record: Mapping[str, Any] | None, source: str) -> str | None:
     """Why a stable plan of this ``source`` may build one Python for all (None: it may not): every cell of the
     newest recorded run of it made an abi3 or py3-none wheel."""
+    run, cells = newest_run(record, source)
+    if cells and all(c["abi"].get("python_free") is True for c in cells):
+        return f"run {run} made abi3 / py3-none wheels"
+    return None
+
+
+def newest_run(record: Mapping[str, Any] | None, source: str) -> tuple[Any, list[Mapping[str, Any]]]:
+    """(run, its cells with an abi reading) of the newest recorded run of this very ``source``; (None, [])."""
     cells = [
         c
         for c in (record or {}).get("cells", [])
         if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping) and c["abi"].get("source") == source
     ]
-    if not cells:
-        return None
-    run = cells[-1].get("run")
-    if all(c["abi"].get("python_free") is True for c in cells if c.get("run") == run):
-        return f"run {run} made abi3 / py3-none wheels"
-    return None
+    run = cells[-1].get("run") if cells else None
+    return run, [c for c in cells if c.get("run") == run]
 
 
 def proven_stable(
@@ -230,17 +234,10 @@ def proven_stable(
     ``source`` read every cell stable, with a floor no newer than ``oldest`` (X.Y), the request's oldest torch,
     and it built each kind the request asks for (``kinds``: CUDA or not). A record is kept per source origin
     (a repository, a PyPI project): another version's reading proves nothing."""
-    cells = [
-        c
-        for c in (record or {}).get("cells", [])
-        if isinstance(c, Mapping) and isinstance(c.get("abi"), Mapping) and c["abi"].get("source") == source
-    ]
-    if not cells:
+    run, cells = newest_run(record, source)
+    if not cells or not kinds <= {bool(c.get("cuda")) for c in cells}:
         return None
-    run = cells[-1].get("run")
-    if not kinds <= {bool(c.get("cuda")) for c in cells if c.get("run") == run}:
-        return None
-    last = [c["abi"] for c in cells if c.get("run") == run]
+    last = [c["abi"] for c in cells]
 
     def within(floor: Any) -> bool:
         try:
