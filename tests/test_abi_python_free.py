@@ -75,3 +75,26 @@ def test_a_build_planned_for_every_python_whose_wheel_is_tied_to_its_own_serves_
     (staged,) = out["wheels"]
     assert staged["cells"] == ["torch2.13.0-cp311-cpu-x86_64"]
     assert json.loads(s3.get_object(Bucket=BUCKET, Key="runs/run-1/merge.json")["Body"].read())["missing_cells"]
+
+
+def test_one_build_for_every_python_is_of_the_oldest_torch_even_where_an_exclude_leaves_its_python_out() -> None:
+    raw = {**BASE, "torch": ["2.10", "2.11"], "cuda": ["cpu"], "python": ["3.11", "3.12"], "abi": "stable",
+           "exclude": [{"torch": "2.10", "python": "3.11"}]}  # fmt: skip
+    del raw["arch_list"]
+    request, catalog, config = parse_request(raw, load_catalog(), load_config()), load_catalog(), load_config()
+    (job,) = plan_request(request, catalog, config, record=record(True)).jobs
+    assert job.extension is not None
+    (built,) = job.extension.cells  # torch 2.10's only Python here is 3.12: the floor serves 2.10 and 2.11
+    assert built.id == "torch2.10.0-cp312-cpu-x86_64", built.id
+    assert sorted(c.id for c in job.extension.serves) == [
+        "torch2.10.0-cp312-cpu-x86_64", "torch2.11.0-cp311-cpu-x86_64", "torch2.11.0-cp312-cpu-x86_64"]  # fmt: skip
+
+
+def test_an_abi3_tag_serves_its_python_and_every_later_one() -> None:
+    from wheelfoundry.planning.calibration import serves_python
+
+    assert serves_python("x-1.0-cp39-abi3-linux_x86_64.whl", "3.13") and serves_python("x-1.0-py3-none-any.whl", "3.10")
+    assert not serves_python("x-1.0-cp312-abi3-linux_x86_64.whl", "3.11")  # built for 3.12 on: not 3.11
+    assert serves_python("x-1.0-cp311-cp311-linux_x86_64.whl", "3.11")
+    assert not serves_python("x-1.0-cp311-cp311-linux_x86_64.whl", "3.12")
+    assert serves_python("x-1.0-cp310-abi3-linux_x86_64.whl", "3.10")

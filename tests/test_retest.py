@@ -110,3 +110,31 @@ def test_collect_adds_the_passed_torch_to_the_same_bytes_and_the_index_lists_it(
     assert name in page
     again = collect({"job": TEST, "run": run, "build": {"wheels": [wheel]}}, s3)
     assert again["unchanged"] == [name] and again["extended"] == []  # nothing new: no copy
+
+
+def test_attest_signs_a_test_result_for_the_retested_bytes_and_no_build_provenance(s3: Any, tmp_path: Path) -> None:
+    import base64
+
+    from wheelfoundry.aws.attest import attest_run
+
+    key, sha, _ = published(s3, tmp_path)
+    name = key.rsplit("/", 1)[1]
+    put(s3, "runs/rt-1/request.json", {"framework": "extension", "retest": [key]})
+    manifest = {
+        "job_id": TEST["id"],
+        "kind": "test",
+        "wheels": [{"name": name, "sha256": sha, "tested_cells": [NEW["id"]]}],
+    }
+    put(s3, f"{TEST['prefix']}manifest.json", manifest)
+    put(s3, f"{TEST['prefix']}result.json", {"collect": {"published": [], "unchanged": [name], "extended": [name]}})
+    run = {"id": "rt-1", "bucket": BUCKET, "channel": "ci"}
+    execution = "arn:aws:states:us-east-1:123456789012:execution:wf-build:rt-1"
+    out = attest_run(
+        {"run": run, "jobs": [TEST], "build_jobs": [], "execution": execution}, s3, lambda d: b"sig", "k", "wf"
+    )
+    assert out["signed"] == [] and out["unsigned"] == [name] and out["tested"] == [name]  # built by no run here
+    assert not [k["Key"] for k in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{key}.provenance").get("Contents", [])]
+    envelope = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{key}.tests/rt-1.json")["Body"].read())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["predicate"]["passedTests"] == [NEW["id"]] and statement["predicate"]["url"] == execution
+    assert statement["subject"] == [{"name": name, "digest": {"sha256": sha}}]

@@ -78,10 +78,18 @@ def stand_in(functions: list[str], folder: Path) -> Path | None:
 def import_env(wheel: Path, work: Path) -> dict[str, str]:
     """LD_LIBRARY_PATH for the wheel's import and tests on this host: the stand-in's folder when the wheel needs
     the driver and the host has none, else nothing. Says what it did."""
-    functions = driver_imports(wheel)
+    try:
+        functions = driver_imports(wheel)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:  # the import says what is wrong with the wheel
+        print(f"  {wheel.name}: its files' driver imports not read ({exc}); no driver stand-in")
+        return {}
     if not functions or host_has_driver():
         return {}
-    folder = stand_in(functions, work / "driver-standin")
+    try:
+        folder = stand_in(functions, work / "driver-standin")
+    except subprocess.CalledProcessError as exc:
+        print(f"  the driver stand-in did not build ({(exc.stderr or b'').decode(errors='replace')[-300:]})")
+        return {}
     if folder is None:
         print(f"  {wheel.name} needs {DRIVER} and this host has neither a driver nor a C compiler for a stand-in")
         return {}

@@ -85,14 +85,15 @@ def attest_run(
     bucket = run["bucket"]
     request = _json(s3, bucket, f"runs/{run['id']}/request.json") or {}
     builder = {"stack": stack, "state_machine": state_machine_arn(event["execution"])}
-    out: dict[str, Any] = {"status": "succeeded", "signed": [], "kept": [], "refused": []}
+    out: dict[str, Any] = {"status": "succeeded", "signed": [], "kept": [], "unsigned": [], "refused": []}
     fresh = _fresh(s3, bucket, run, jobs)
     for wheel in published(s3, bucket, run, jobs):
         if wheel["filename"] in out["signed"]:  # an abi3 wheel each Python's test job published: signed once
             continue
         target = f"{wheel['key']}{provenance.SUFFIX}"
-        if _exists(s3, bucket, target) and wheel["filename"] not in fresh:
-            out["kept"].append(wheel["filename"])  # unchanged bytes keep the provenance of the run that built them
+        if wheel["filename"] not in fresh:  # unchanged bytes keep the provenance of the run that built them
+            if wheel["filename"] not in out["kept"] + out["unsigned"]:  # this run built nothing to sign for them
+                out["kept" if _exists(s3, bucket, target) else "unsigned"].append(wheel["filename"])
             continue
         digest = _sha256(s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"])
         if digest.hexdigest() != wheel["sha256"]:

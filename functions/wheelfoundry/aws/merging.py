@@ -27,7 +27,7 @@ from packaging.version import Version
 
 from wheelfoundry.aws.results import safe_wheel_name
 from wheelfoundry.aws.retest_stage import retest_stagings
-from wheelfoundry.planning.calibration import python_free
+from wheelfoundry.planning.calibration import python_free, serves_python
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
 
 STABLE = (
@@ -62,7 +62,8 @@ def built_cells(s3: Any, bucket: str, job: dict[str, Any]) -> tuple[list[tuple[d
         name = safe_wheel_name(job["id"], wheel.get("name"))
         # one build for every Python (python_free) only if its wheel is abi3 / py3-none; else its own Python's
         free = bool(ext.get("python_free")) and python_free(name)
-        served = [c for c in serves if free or c.get("python") == cells[cell_id]["python"]]
+        own = cells[cell_id]["python"]
+        served = [c for c in serves if c.get("python") == own or (free and serves_python(name, str(c.get("python"))))]
         lost += [str(c["id"]) for c in serves if c not in served and ext.get("python_free")]
         found[cell_id] = (
             {

@@ -63,7 +63,9 @@ def release_day(record: Mapping[str, Any], report: Mapping[str, Any], now: datet
 def retest_summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tuple[str, str]:
     """(subject, message) of a watcher-started retest (request.retest): served with no build, or a build follows."""
     wheels = [str(k).rsplit("/", 1)[-1] for k in (record.get("request") or {}).get("retest") or []]
-    tested = set((report.get("provenance") or {}).get("tested") or [])
+    # the test jobs passed and published (Collect listed the bytes for the release): the run succeeded, none failed
+    passed = report.get("status") == "succeeded" and not report.get("failed")
+    tested = set(wheels) if passed else set()
     served = [w for w in wheels if w in tested]
     day = report.get("release_day") or {}
     minutes = "unknown (no tick time)" if day.get("minutes") is None else f"{day['minutes']} min"

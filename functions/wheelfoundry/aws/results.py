@@ -10,6 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from wheelfoundry.aws.shared_wheels import all_passed, sharing
 from wheelfoundry.aws.timing import job_timing
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import ManifestInvalid, PublishedNameReused
@@ -125,7 +126,12 @@ def staged_digests(s3: Any, run: dict[str, Any], job: dict[str, Any]) -> dict[st
         merge = json.loads(s3.get_object(Bucket=run["bucket"], Key=f"runs/{run['id']}/merge.json")["Body"].read())
     except (ClientError, ValueError) as exc:
         raise ManifestInvalid(f"{job['id']}: cannot read what Merge staged: {exc}") from exc
-    return {w["filename"]: w for w in merge.get("wheels", []) if w.get("test_job") == job["id"]}
+    shared = sharing(merge.get("wheels", []))
+    return {
+        w["filename"]: {**w, **({"shared": shared[w["filename"]]} if w["filename"] in shared else {})}
+        for w in merge.get("wheels", [])
+        if w.get("test_job") == job["id"]
+    }
 
 
 def allowed_projects(contract: dict[str, Any], job_id: str) -> set[str]:
@@ -160,6 +166,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
     published: list[str] = []
     unchanged: list[str] = []
     extended: list[str] = []  # unchanged bytes whose record gained torch releases (a retest, request.retest)
+    awaiting: list[str] = []  # a wheel other test jobs test too: published by the last of them to pass
     conflicts: list[str] = []
     verified: list[str] = []
     in_manifest = {w.get("name"): w.get("sha256") for w in manifest.get("wheels", [])}
@@ -180,7 +187,8 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
             raise ManifestInvalid(f"{job['id']}: {filename} (sha256 {sha}) is not a wheel Merge staged for this test")
         version, metadata = verified_version(s3, bucket, source, sha, job["id"])
         if staged is not None:  # which (torch, CUDA) indexes list it: Merge's record, not the test host's
-            metadata["wf-variants"] = ",".join(staged[filename].get("variants") or [])
+            mine = staged[filename]
+            metadata["wf-variants"] = ",".join((mine.get("shared") or mine).get("variants") or [])
         checked.append((filename, source, sha, project, metadata_key, version, metadata))
     # A GPU test comes first (options.gpu_test): check now, publish in the "publish" phase after it passed.
     held = bool(job.get("gpu_test")) and event.get("phase") != "publish"
@@ -189,6 +197,10 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         if held or job.get("kind") == "extension":  # cell wheels stay in the job's prefix: Merge stages them
             verified.append(filename)
             continue
+        shared = (staged or {}).get(filename, {}).get("shared")
+        if shared and (waiting := all_passed(s3, run, filename, job["id"], shared["jobs"])):
+            awaiting.append(f"{filename}: also staged for {', '.join(waiting)}, not passed yet")
+            continue  # the last of its test jobs to pass publishes it (aws.shared_wheels)
         dest = f"wheels/{channel}/{project}/{filename}"
         existing = _head(s3, bucket, dest)
         if existing is not None:
@@ -213,6 +225,7 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         "verified": verified,
         "unchanged": unchanged,
         "extended": extended,
+        "awaiting": awaiting,
         "conflicts": conflicts,
         "failures": [f"{f.get('package')}/{f.get('python')}: {f.get('stage')}" for f in build.get("failures", [])],
         "timing": job_timing(contract, manifest, load_config()),  # estimated against actual (report.json)

@@ -207,6 +207,25 @@ def python_free(filename: str) -> bool:
     return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
 
 
+def serves_python(filename: str, python: str) -> bool:
+    """Whether a wheel's tags install on CPython ``python`` (3.12): its own cpXY, abi3 from cpXY on, or py3."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    want = Version(python)
+    for tag in tags:
+        if tag.interpreter.startswith("py3") and tag.abi == "none":
+            return True
+        digits = tag.interpreter.removeprefix("cp")
+        if not digits.isdigit():
+            continue
+        have = Version(f"{digits[0]}.{digits[1:]}")
+        if have == want or (tag.abi == "abi3" and have <= want):
+            return True
+    return False
+
+
 def proven_python_free(record: Mapping[str, Any] | None, source: str) -> str | None:
     """Why a stable plan of this ``source`` may build one Python for all (None: it may not): every cell of the
     newest recorded run of it made an abi3 or py3-none wheel."""

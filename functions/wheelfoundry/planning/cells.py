@@ -78,7 +78,10 @@ def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool =
         built: dict[str | None, list[CellSpec]] = {}
         served: dict[str | None, list[CellSpec]] = {}
         pythons = list(dict.fromkeys(cell.python for _, cell in members))
-        for python in [min(pythons, key=Version)] if one_python else pythons:
+        if one_python:  # the oldest torch of the major first (its floor serves all), then its oldest Python
+            oldest_torch = min(Version(c.torch_version) for _, c in members)
+            pythons = [min((c.python for _, c in members if Version(c.torch_version) == oldest_torch), key=Version)]
+        for python in pythons:
             mine = [(v, c) for v, c in members if c.python == python]
             oldest = min(Version(c.torch_version) for _, c in mine)
             builder, cell = next((v, c) for v, c in mine if Version(c.torch_version) == oldest)

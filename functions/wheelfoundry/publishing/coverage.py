@@ -116,7 +116,7 @@ class Coverage:
                      ) -> Served | None:  # fmt: skip
         """A published stable-ABI wheel that may serve this cell untested: the package version, platform and
         Python, the cell's CUDA major (cu130 -> a cu13 wheel), a floor at or below the cell's torch; the newest
-        floor first (the closest build)."""
+        version, then the newest floor (the closest build)."""
         want = (int(p) for p in python.split("."))
         py, project, kind = tuple(want), canonicalize_name(project), kind_of(label)
         found = [
@@ -128,7 +128,7 @@ class Coverage:
             and Version(s.floor) <= Version(minor)
             and (s.python == py or (s.abi3 and s.python <= py))
         ]
-        return max(found, key=lambda s: (Version(s.floor or "0"), s.key), default=None)
+        return max(found, key=lambda s: (Version(s.version), Version(s.floor or "0"), s.key), default=None)
 
     def has_version(self, project: str, version: str | None) -> bool:
         """Whether any wheel of the project (at that version) is published: a new one cannot reuse its names."""

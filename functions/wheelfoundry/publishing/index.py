@@ -101,10 +101,16 @@ def _entry(s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[
         return dict(old)
     meta = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {})
     metadata_sha = torch = yanked = None
-    if meta_etag is not None:
+    # Only what changed is read again: a wheel copied onto itself with new variants (a retest), or the first
+    # publish after the change token gained the write time, HEADs the wheel and keeps its METADATA's reading.
+    if meta_etag is not None and old and old.get("metadata_etag") == meta_etag and "requires_torch" in old:
+        metadata_sha, torch = old.get("metadata_sha256"), old.get("requires_torch")
+    elif meta_etag is not None:
         obj = s3.get_object(Bucket=bucket, Key=f"{key}.metadata")
         metadata_sha, torch = obj.get("Metadata", {}).get("sha256"), requires_torch(obj["Body"].read())
-    if yank_etag is not None:
+    if yank_etag is not None and old and old.get("yanked_etag") == yank_etag:
+        yanked = old.get("yanked")
+    elif yank_etag is not None:
         yanked = s3.get_object(Bucket=bucket, Key=f"{key}{YANKED}")["Body"].read().decode("utf-8", "replace")[:500]
     return {
         "etag": etag,

@@ -207,6 +207,8 @@ def _follow(sub: Subscription, upstream: Upstream, coverage: Coverage, stack: St
         retests, cells = _retestable(sub, version, cells, coverage) if published else ({}, cells)
         for key, retest in sorted(retests.items()):
             build = _start(sub, source, retest, name_part, reason, copy, planner, outcome, per_cell=True)
+            if build is None:  # a retest that fails would leave its cells with no build: named, not started
+                continue
             request = {**_request(sub, source, retest, per_cell=True), "abi": "stable", "retest": [key]}
             why = f"{reason}: {key.rsplit('/', 1)[1]} (stable ABI) is tested there first, with no build"
             name = execution_name(sub.name, name_part, retest, "retest")
