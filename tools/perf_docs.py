@@ -65,6 +65,11 @@ BENCHES: dict[str, tuple[str, str]] = {
         "bench/gpu_check_stable.py build (or publish: the farm's own run); then check WHEEL and "
         "python -m wfbuild.gpu.gpu_test on a host with a GPU",
     ),
+    "stable_retests": (
+        "one stable wheel, three torch releases: built once (2.13), then served on 2.14.1 and 2.15.0 by retests "
+        "with no build, on the embedded stack",
+        "PIP_CONSTRAINT=/dev/null bench/stable_retests.py",
+    ),
     "release_day": (
         "release day, run: one watcher tick on the embedded stack against today's PyPI, to the published wheel",
         "bench/release_day.py",
