@@ -1,6 +1,6 @@
 """One stable wheel, three torch releases: built once, then served on two later releases by retests, no build.
 
-    PIP_CONSTRAINT=/dev/null .venv/bin/python bench/stable_retests.py [--state-dir DIR]
+    .venv/bin/python bench/stable_retests.py [--state-dir DIR]
 
 On the embedded stack (the shipped template): tests/fixtures/stable_ext (CPU op on torch::stable) is built once
 for torch 2.13 (``abi: stable``, Python 3.11) and published. A subscription for torch >=2.13,<2.16 then meets the
@@ -9,7 +9,8 @@ tick starts a retest per new release (no build job). Each test job installs the 
 environment, torch from PyPI (2.15.0's facts derived from its wheels, as the watcher does for a release the
 catalog lacks), and runs the package's test there. It prints a table and writes bench/results/stable_retests-<UTC>.json:
 per run its kind (build or retest), jobs, minutes, the cells tested; the published wheel's sha256 and variants.
-A machine-wide pip constraint that caps torch (as this workplace's has) must be lifted: PIP_CONSTRAINT=/dev/null.
+A host whose pip configuration caps torch (a constraints file) caps the farm's environments on it too:
+there, run it with ``PIP_CONSTRAINT=/dev/null``.
 """
 
 from __future__ import annotations
