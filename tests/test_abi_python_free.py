@@ -14,9 +14,10 @@ from tests.test_merging import BUCKET, TEST, s3, stable_job  # noqa: F401
 from wheelfoundry.aws.merging import stage_run
 from wheelfoundry.catalog.catalog import load_catalog
 from wheelfoundry.config import load_config
-from wheelfoundry.planning.calibration import cells_of, proven_python_free, python_free
+from wheelfoundry.planning.calibration import cells_of, proven_python_free
 from wheelfoundry.planning.planning import plan_request
 from wheelfoundry.request.request import parse_request
+from wheelfoundry.request.stable_wheels import python_free
 
 SOURCE = BASE["source"]["s3"]
 
@@ -91,7 +92,7 @@ def test_one_build_for_every_python_is_of_the_oldest_torch_even_where_an_exclude
 
 
 def test_an_abi3_tag_serves_its_python_and_every_later_one() -> None:
-    from wheelfoundry.planning.calibration import serves_python
+    from wheelfoundry.request.stable_wheels import serves_python
 
     assert serves_python("x-1.0-cp39-abi3-linux_x86_64.whl", "3.13") and serves_python("x-1.0-py3-none-any.whl", "3.10")
     assert not serves_python("x-1.0-cp312-abi3-linux_x86_64.whl", "3.11")  # built for 3.12 on: not 3.11

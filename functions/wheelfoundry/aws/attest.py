@@ -86,8 +86,10 @@ def attest_run(
     request = _json(s3, bucket, f"runs/{run['id']}/request.json") or {}
     builder = {"stack": stack, "state_machine": state_machine_arn(event["execution"])}
     out: dict[str, Any] = {"status": "succeeded", "signed": [], "kept": [], "unsigned": [], "refused": []}
-    fresh = _fresh(s3, bucket, run, jobs)
-    for wheel in published(s3, bucket, run, jobs):
+    collected = _collected(s3, bucket, jobs)
+    fresh = {f for c in collected for f in c.get("published") or []}  # this run wrote them
+    wheels = published(s3, bucket, run, jobs)
+    for wheel in wheels:
         if wheel["filename"] in out["signed"]:  # an abi3 wheel each Python's test job published: signed once
             continue
         target = f"{wheel['key']}{provenance.SUFFIX}"
@@ -108,7 +110,8 @@ def attest_run(
         # max-age, not immutable: a wheel whose bytes another run publishes again is signed again
         s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json", CacheControl=PAGE_CACHE)
         out["signed"].append(wheel["filename"])
-    out["tested"] = _sign_retests(s3, run, event["execution"], jobs, sign, key_id, out)
+    extended = {f for c in collected for f in c.get("extended") or []}
+    out["tested"] = _sign_retests(s3, run, event["execution"], wheels, extended, sign, key_id, out)
     if out["refused"]:
         out["status"] = "partial"
     s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/attest.json", Body=json.dumps(out, indent=2).encode())
@@ -116,17 +119,12 @@ def attest_run(
 
 
 def _sign_retests(
-    s3: Any, run: dict[str, Any], execution: str, jobs: list[dict[str, Any]], sign: Callable[[bytes], bytes],
-    key_id: str, out: dict[str, Any],
+    s3: Any, run: dict[str, Any], execution: str, wheels: list[dict[str, Any]], extended: set[str],
+    sign: Callable[[bytes], bytes], key_id: str, out: dict[str, Any],
 ) -> list[str]:  # fmt: skip
     """A signed test result (``<wheel>.tests/<run>.json``) for each published wheel whose bytes this run tested in
     more torch releases (Collect's ``extended``); the wheel's provenance stays the build's."""
     bucket, signed = run["bucket"], []
-    extended = set()
-    for job in jobs:
-        extended |= set(
-            ((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}).get("extended") or []
-        )
     if not extended:
         return []
     body = s3.get_object(Bucket=bucket, Key=f"runs/{run['id']}/request.json")["Body"].read()
@@ -134,7 +132,7 @@ def _sign_retests(
         "uri": f"s3://{bucket}/runs/{run['id']}/request.json",
         "digest": {"sha256": hashlib.sha256(body).hexdigest()},
     }
-    for wheel in published(s3, bucket, run, jobs):
+    for wheel in wheels:
         if wheel["filename"] not in extended or wheel["filename"] in signed:
             continue
         digest = _sha256(s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"]).hexdigest()
@@ -152,11 +150,6 @@ def _sign_retests(
     return signed
 
 
-def _fresh(s3: Any, bucket: str, run: dict[str, Any], jobs: list[dict[str, Any]]) -> set[str]:
-    """The wheels this run wrote (not found unchanged from an earlier run)."""
-    fresh: set[str] = set()
-    for job in jobs:
-        fresh |= set(
-            ((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}).get("published") or []
-        )
-    return fresh
+def _collected(s3: Any, bucket: str, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job's Collect record (its result.json's ``collect``): what it published, found unchanged, extended."""
+    return [((_json(s3, bucket, f"{job['prefix']}result.json") or {}).get("collect") or {}) for job in jobs]

@@ -27,8 +27,8 @@ from packaging.version import Version
 
 from wheelfoundry.aws.results import safe_wheel_name
 from wheelfoundry.aws.retest_stage import retest_stagings
-from wheelfoundry.planning.calibration import python_free, serves_python
 from wheelfoundry.publishing.merge import MODULE, Build, MergeConflict, merge, path_loaded, plain_modules
+from wheelfoundry.request.stable_wheels import python_free, serves_python
 
 STABLE = (
     "abi stable: one wheel per CUDA major and Python serves every torch and variant of the major in the range, "
@@ -160,22 +160,12 @@ def stage_run(
                     f"require_all_cells: {len(missing)} cell(s) did not build: {', '.join(sorted(missing))}"
                 )
             if run.get("retest"):  # no builds: the channel's published stable wheels, for the new torch's cells
+                out["layout"], out["layout_reason"] = "per-cell", RETEST
                 for test, path, digest, mine in retest_stagings(s3, run, Path(tmp), event.get("test_jobs") or []):
                     fields = {"cells": [c["id"] for c in mine], "builds": [], "variants": _variants(mine)}
                     _stage(s3, bucket, test, path, digest, out, retest=str(path.name), **fields)
-            local = _download(s3, bucket, Path(tmp), cells)
-            files = [f for path in local.values() for f in _files(path)]
-            plain = plain_modules([_unsuffixed(path) for path in local.values()])
-            asked = str(run.get("layout") or "auto")
-            out["layout"], out["layout_reason"] = layout or choose_layout(asked, files, plain)
-            if any(cell.get("serves") for cell, _ in cells):
-                out["layout"], out["layout_reason"] = "per-cell", STABLE
-            if run.get("retest"):
-                out["layout"], out["layout_reason"] = "per-cell", RETEST
-            elif out["layout"] == "merged":
-                _stage_merged(s3, bucket, Path(tmp), cells, local, serving, out)
             else:
-                _stage_cells(s3, bucket, cells, local, serving, out)
+                _stage_built(s3, run, Path(tmp), cells, serving, out, layout)
         except MergeConflict as exc:
             out.update(status="failed", error=str(exc), wheels=[])
     if out["status"] == "succeeded" and missing:
@@ -189,6 +179,30 @@ def stage_run(
     record = {**out, **(note or {})}
     s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/merge.json", Body=json.dumps(record, indent=2).encode())
     return out
+
+
+def _stage_built(
+    s3: Any,
+    run: dict[str, Any],
+    tmp: Path,
+    cells: list[tuple[dict[str, Any], str]],
+    serving: dict[str, dict[str, Any]],
+    out: dict[str, Any],
+    layout: tuple[str, str] | None,
+) -> None:
+    """The build jobs' cell wheels, merged or as they are, by the layout their files call for."""
+    bucket = run["bucket"]
+    local = _download(s3, bucket, tmp, cells)
+    files = [f for path in local.values() for f in _files(path)]
+    plain = plain_modules([_unsuffixed(path) for path in local.values()])
+    asked = str(run.get("layout") or "auto")
+    out["layout"], out["layout_reason"] = layout or choose_layout(asked, files, plain)
+    if any(cell.get("serves") for cell, _ in cells):
+        out["layout"], out["layout_reason"] = "per-cell", STABLE
+    if out["layout"] == "merged":
+        _stage_merged(s3, bucket, tmp, cells, local, serving, out)
+    else:
+        _stage_cells(s3, bucket, cells, local, serving, out)
 
 
 def _download(s3: Any, bucket: str, tmp: Path, cells: list[tuple[dict[str, Any], str]]) -> dict[str, Path]:

@@ -64,20 +64,18 @@ def retest_summary(record: Mapping[str, Any], report: Mapping[str, Any]) -> tupl
     """(subject, message) of a watcher-started retest (request.retest): served with no build, or a build follows."""
     wheels = [str(k).rsplit("/", 1)[-1] for k in (record.get("request") or {}).get("retest") or []]
     # the test jobs passed and published (Collect listed the bytes for the release): the run succeeded, none failed
-    passed = report.get("status") == "succeeded" and not report.get("failed")
-    tested = set(wheels) if passed else set()
-    served = [w for w in wheels if w in tested]
+    passed = bool(wheels) and report.get("status") == "succeeded" and not report.get("failed")
     day = report.get("release_day") or {}
     minutes = "unknown (no tick time)" if day.get("minutes") is None else f"{day['minutes']} min"
     torch = ", ".join(sorted({str(c.get("torch")) for c in record.get("cells") or []}))
-    verdict = f"torch {torch} served, no build" if served and len(served) == len(wheels) else "retest FAILED"
+    verdict = f"torch {torch} served, no build" if passed else "retest FAILED"
     lines = [
         f"subscription {record.get('subscription')}: run {report.get('run_id')}: {verdict} ({minutes})",
         f"why it ran: {record.get('reason')}",
-        *(f"  {w}: {'passed; listed for torch ' + torch if w in tested else 'did not pass'}" for w in wheels),
+        *(f"  {w}: {'passed; listed for torch ' + torch if passed else 'did not pass'}" for w in wheels),
         *(f"  {cell}: {got}" for cell, got in sorted((day.get("cells") or {}).items())),
     ]
-    if not served or len(served) < len(wheels):
+    if not passed:
         lines.append("the next watcher tick builds the cells the wheel did not serve")
     lines += [
         f"  {f.get('job_id')}: {f.get('error')}: {str(f.get('cause') or '')[:500]}" for f in report.get("failed") or []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from botocore.exceptions import ClientError
 from packaging.utils import parse_wheel_filename
 
 from wheelfoundry.publishing.merge import MergeConflict
-from wheelfoundry.request.stable_wheels import stable_kind, stable_label
+from wheelfoundry.request.stable_wheels import serves_python, stable_kind, stable_label
 
 
 def _contract(s3: Any, bucket: str, key: str) -> dict[str, Any]:
@@ -35,14 +34,7 @@ def serves(filename: str, cell: dict[str, Any], platform: str) -> bool:
     kind = (stable_label(version) or ("", ""))[1]
     if kind != stable_kind(str(cell.get("cuda") or "cpu")):
         return False
-    want = tuple(int(p) for p in str(cell["python"]).split("."))
-    for tag in tags:
-        python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
-        found = (int(python[1]), int(python[2])) if python else None
-        fits = found == want or (tag.abi == "abi3" and found is not None and found <= want)
-        if fits and tag.platform.endswith(platform):
-            return True
-    return False
+    return any(t.platform.endswith(platform) for t in tags) and serves_python(filename, str(cell["python"]))
 
 
 def retest_stagings(

@@ -25,13 +25,13 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from wheelfoundry.config import FarmConfig
 from wheelfoundry.planning import compiler_memory
 from wheelfoundry.planning.source_profile import SourceProfile
 from wheelfoundry.planning.walltime import CellCost
+from wheelfoundry.request.stable_wheels import python_free
 
 KEEP = 64  # recorded cells per source: the newest
 CLAMP = 20.0
@@ -196,34 +196,6 @@ def updated(
 def source_id(ext: Mapping[str, Any]) -> str:
     """The exact source a recorded reading is of: the sdist's S3 URI (its key names its digest), or repo@ref."""
     return str(ext.get("source_s3") or f"{ext.get('source_git')}@{ext.get('source_ref')}")
-
-
-def python_free(filename: str) -> bool:
-    """Whether a wheel's name serves every Python from its tag's on (``cp39-abi3``, ``py3-none``)."""
-    try:
-        tags = parse_wheel_filename(filename)[3]
-    except InvalidWheelFilename:
-        return False
-    return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
-
-
-def serves_python(filename: str, python: str) -> bool:
-    """Whether a wheel's tags install on CPython ``python`` (3.12): its own cpXY, abi3 from cpXY on, or py3."""
-    try:
-        tags = parse_wheel_filename(filename)[3]
-    except InvalidWheelFilename:
-        return False
-    want = Version(python)
-    for tag in tags:
-        if tag.interpreter.startswith("py3") and tag.abi == "none":
-            return True
-        digits = tag.interpreter.removeprefix("cp")
-        if not digits.isdigit():
-            continue
-        have = Version(f"{digits[0]}.{digits[1:]}")
-        if have == want or (tag.abi == "abi3" and have <= want):
-            return True
-    return False
 
 
 def proven_python_free(record: Mapping[str, Any] | None, source: str) -> str | None:

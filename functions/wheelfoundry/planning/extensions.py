@@ -150,10 +150,9 @@ def plan_extension(
             suffix = f"-{part}of{chosen.shards}" if chosen.shards > 1 else ""
             serves = served if free else tuple(c for c in served if c.python in {b.python for b in shard})
             job = _job(
-                request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix, serves
-            )
-            job = dataclasses.replace(job, extension=dataclasses.replace(job.extension, python_free=True)) if (
-                free and job.extension) else job  # fmt: skip
+                request, catalog, config, context, cuda, platform, shard, arch_list, cost, chosen, suffix, serves,
+                python_free=bool(free),
+            )  # fmt: skip
             jobs.append(job)
             costs[job.id] = cost
     notes += [size_note] if size_note else []
@@ -247,9 +246,10 @@ def _job(
     chosen: walltime.Option,
     suffix: str,
     serves: tuple[CellSpec, ...] = (),
+    python_free: bool = False,
 ) -> Job:
     """One instance's job: ``cells`` of one (platform, toolkit), on the layout's instance type; ``serves``: with
-    abi "stable", every cell the built wheels serve (the test jobs' cells)."""
+    abi "stable", every cell the built wheels serve (the test jobs' cells), of every Python if ``python_free``."""
     index_url = torch_index_url(request, cuda)
     # A test job's cells span CUDA variants: each cell names its own toolkit and torch index (testjobs); so do
     # the cells a stable build serves (build_groups)
@@ -305,6 +305,7 @@ def _job(
         abi=request.abi,
         abi_oldest=oldest_minor(request, catalog) if request.abi == "stable" else None,
         serves=serves,
+        python_free=python_free,
     )
     pythons = tuple(dict.fromkeys(c.python for c in cells))
     # The extension's own version (plan shows it), not torch's: the cells name the torch releases.

@@ -38,7 +38,6 @@ class Served:
     minor: str  # torch 2.13
     label: str  # cpu, cu130
     key: str = ""  # the wheel's S3 key
-    sha256: str = ""
     floor: str | None = None  # a stable-ABI wheel's torch floor (2.13); None: built for its torch minors only
     kind: str = ""  # a stable wheel's CUDA major: cpu, cu13
 
@@ -62,7 +61,6 @@ def served(state: Mapping[str, Any]) -> list[Served]:
         if isinstance(entry, Mapping) and entry.get("yanked") is not None:
             continue  # withdrawn (PEP 592): it serves no cell, so the watcher builds those cells again
         variants = entry.get("variants") if isinstance(entry, Mapping) else None
-        sha = str(entry.get("sha256") or "") if isinstance(entry, Mapping) else ""
         floor, kind = stable_label(version) or (None, "")
         for tag in tags:
             python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
@@ -83,7 +81,6 @@ def served(state: Mapping[str, Any]) -> list[Served]:
                             minor,
                             match["label"],
                             str(key),
-                            sha,
                             floor,
                             kind,
                         )

@@ -1,8 +1,8 @@
 """Stable-ABI wheels in a request: their names (a kind per CUDA major, the +abi<floor><kind> label, public
-versions for PyPI) and ``retest``, published stable wheels a request tests on its cells instead of building
-(release day without a compile). What the names say is checked here, before anything is read or launched;
-that each retest wheel is the channel's, with the bytes it published, Validate reads from the channel's index
-state (aws.retests).
+versions for PyPI, the Pythons their tags install on) and ``retest``, published stable wheels a request tests
+on its cells instead of building (release day without a compile). What the names say is checked here, before
+anything is read or launched; that each retest wheel is the channel's, with the bytes it published, Validate
+reads from the channel's index state (aws.retests).
 """
 
 from __future__ import annotations
@@ -95,3 +95,31 @@ def name_issues(data: Mapping[str, Any]) -> list[Issue]:
                "set local_version false (one CUDA major, or cpu, per request) for a public version")  # fmt: skip
         return [Issue("options.publish", why, target, ("local_version false",))]
     return []
+
+
+def python_free(filename: str) -> bool:
+    """Whether a wheel's name serves every Python from its tag's on (``cp39-abi3``, ``py3-none``)."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
+
+
+def serves_python(filename: str, python: str) -> bool:
+    """Whether a wheel's tags install on CPython ``python`` (3.12): its own cpXY, abi3 from cpXY on, or py3."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    want = Version(python)
+    for tag in tags:
+        if tag.interpreter.startswith("py3") and tag.abi == "none":
+            return True
+        digits = tag.interpreter.removeprefix("cp")
+        if not digits.isdigit():
+            continue
+        have = Version(f"{digits[0]}.{digits[1:]}")
+        if have == want or (tag.abi == "abi3" and have <= want):
+            return True
+    return False
