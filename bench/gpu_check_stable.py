@@ -10,15 +10,22 @@ made (wfbuild.envs; the heavy tests' CUDA cells leave one in the cache: torch 2.
 with NVIDIA's libraries), with nvcc from the repository's CUDA 13.0 lock (wfbuild.cuda.toolkit), for sm_90.
 It reads the wheel as the farm's abi stage does (wfbuild.wheels.abi: stable or per-torch, and the floor) and
 what its module links (libcuda.so.1, no libcuda carried), and writes the wheel and those records into --out.
-``publish`` has the farm make that wheel instead: the shipped template on the embedded AWS, a request for
-stable_cuda_ext with ``abi: stable`` (torch 2.14, CUDA 13.0, Python 3.11, sm_90; its module names libcuda.so.1:
-on the driverless build and test hosts its import uses the driver stand-in, wfbuild.wheels.driver_standin),
-built, tested as published and
-signed by the run; the published wheel and its provenance are copied out of the channel into --out.
+``publish`` has the farm make that wheel instead, as tests/workflow/test_stable_cuda.py does: the shipped template
+on the embedded AWS, a request for stable_cuda_ext with ``abi: stable`` and ``abi_build: newest`` (torch 2.11-2.13,
+CUDA 13.0, Python 3.11, sm_90): one build against torch 2.13.0, tested as published in PyPI's torch 2.11.0, 2.12.0
+and 2.13.0 (find-links pointed at an empty folder: a host's own CPU file of a release would win), published once
+with ``Requires-Dist: torch>=2.11`` and signed; its module names libcuda.so.1, so on the driverless build and test
+hosts its import uses the driver stand-in (wfbuild.wheels.driver_standin). The published wheel and its provenance
+are copied out of the channel into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
-interpreter has (torch 2.11.0+cu130 in the recorded check), runs scale_add on the GPU and on the CPU
+interpreter has (torch 2.11.0+cu130 in the recorded check: inside the wheel's range, a minor other than the
+2.13 it was compiled against), runs scale_add on the GPU and on the CPU
 against torch's own arithmetic, calls the driver API where a GPU is, and prints and writes what ran where.
-The farm's GPU step (``python -m wfbuild.gpu.gpu_test``) can test the same wheel there too.
+The farm's GPU step (``python -m wfbuild.gpu.gpu_test``) can test the same wheel there too; offline over the host's
+torch it checks the wheel's Requires-Dist against the host's packages before anything runs.
+``record`` writes bench/results/gpu_check_stable-<time>.json from publish's --out folder and the GPU host's
+reports (check's --json, the GPU step's --report, and optionally a GPU step's report that had to refuse), and
+prints a table.
 """
 
 from __future__ import annotations
@@ -81,14 +88,17 @@ def publish(out: Path) -> int:
     from wheelfoundry_local.demo import pack_source
     from wheelfoundry_local.session import EmbeddedAws
 
+    links = Path(tempfile.mkdtemp(prefix="wf-no-wheels-"))
+    os.environ["PIP_FIND_LINKS"] = str(links)  # every cell's torch from PyPI (a CUDA build), not a host's CPU file
     with tempfile.TemporaryDirectory(prefix="wf-gpu-publish-") as state, EmbeddedAws(state_dir=Path(state)) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
         key = "sources/wf-stable-cuda-0.1.0.tar.gz"
         s3.put_object(Bucket=bucket, Key=key, Body=pack_source(FIXTURE, "wf-stable-cuda"))
         request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": f"s3://{bucket}/{key}"},
-                   "torch": ["2.14"], "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable",
-                   "torch_index": "pip", "channel": "gpu-check", "options": {"executor": "ec2"}}  # fmt: skip
+                   "torch": ["2.11", "2.12", "2.13"], "cuda": ["13.0"], "python": ["3.11"], "arch_list": "9.0",
+                   "abi": "stable", "abi_build": "newest", "torch_index": "pip", "channel": "gpu-check",
+                   "options": {"executor": "ec2"}}  # fmt: skip
         result = aws.wait_execution(aws.start_execution(stack.state_machine_arn, request), timeout=3600)
         run_id = result.arn.rsplit(":", 1)[1]
         try:
@@ -103,6 +113,7 @@ def publish(out: Path) -> int:
             s3.download_file(bucket, name, str(local))
         record = {"run": run_id, "status": result.status, "published": found, "instances_left": len(aws.instances()),
                   "failed": report.get("failed"), "staged": (report.get("merge") or {}).get("wheels")}  # fmt: skip
+    links.rmdir()
     (out / "published.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))
     return 0 if result.status == "SUCCEEDED" and any(n.endswith(".whl") for n in found) else 1
@@ -154,6 +165,53 @@ def check(wheel: Path, report: Path | None) -> int:
     return 0 if ok else 1
 
 
+def record(published: Path, check_json: Path, gpu_step: Path, refused: tuple[Path, str] | None, host: str) -> int:
+    """One record of the check: what the farm published (its run, the wheel's sha256, Requires-Dist, the build's
+    torch, the abi reading and the torch cells it was tested in, from its provenance) and what ran on the GPU."""
+    import base64
+    import hashlib
+    import time
+
+    run = json.loads((published / "published.json").read_text())
+    (wheel,) = published.glob("*.whl")
+    statement = json.loads((published / f"{wheel.name}.provenance.json").read_text())
+    predicate = json.loads(base64.b64decode(statement["payload"]))["predicate"]
+    byproducts = {b["name"]: json.loads(base64.b64decode(b["content"])) for b in predicate["runDetails"]["byproducts"]}
+    with zipfile.ZipFile(wheel) as archive:
+        (meta,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [ln for ln in archive.read(meta).decode().splitlines() if ln.startswith("Requires-Dist: torch")]
+    built = sorted(cell for cells in byproducts["abi"].values() for cell in cells)
+    checked, step = json.loads(check_json.read_text()), json.loads(gpu_step.read_text())
+    tested = sorted(c for cells in byproducts["tested_in"].values() for c in cells)
+    note = (f"bench/gpu_check_stable.py publish on a driverless host: the farm compiled the wheel in "
+            f"{', '.join(built)}, tested it as published in {', '.join(tested)} and published it "
+            f"({', '.join(requires)}); then check and the farm's GPU step (offline over the host's torch, the "
+            f"wheel's Requires-Dist checked against it) on {host} with torch {checked['torch']}")  # fmt: skip
+    out = {
+        "note": note, "wheel": wheel.name, "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        "run": run["run"], "status": run["status"], "instances_left": run["instances_left"], "requires": requires,
+        "built_in": built, "abi": byproducts["abi"], "tested_in": byproducts["tested_in"], "gpu_host": host,
+        "check": checked, "gpu_step": {k: v for k, v in step.items() if k != "log_tail"},
+    }  # fmt: skip
+    if refused:
+        report, what = refused
+        out["gpu_step_refused"] = {k: v for k, v in json.loads(report.read_text()).items() if k != "log_tail"}
+        out["gpu_step_refused"]["wheels_were"] = what
+    rows = [("wheel", wheel.name), ("sha256", out["wheel_sha256"][:16] + "..."), ("Requires-Dist", requires),
+            ("compiled in", built), ("tested in (farm)", sorted(c for v in out["tested_in"].values() for c in v)),
+            ("GPU host", host), ("GPU host's torch", checked["torch"]),
+            ("GPU max abs error", checked.get("gpu_max_abs_error")),
+            ("cuDriverGetVersion", checked.get("driver_version")), ("GPU step", step["verdict"]),
+            ("refused GPU step", (out.get("gpu_step_refused") or {}).get("detail", "-"))]  # fmt: skip
+    for name, value in rows:
+        print(f"| {name} | {', '.join(value) if isinstance(value, list) else value} |")
+    path = ROOT / "bench" / "results" / f"gpu_check_stable-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
+    ok = checked["cpu_equal"] and checked.get("gpu_max_abs_error", 1.0) <= 1e-5 and step["verdict"] == "passed"
+    return 0 if ok and (refused is None or out["gpu_step_refused"]["verdict"] == "failed") else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -165,7 +223,17 @@ def main() -> int:
     checking = sub.add_parser("check")
     checking.add_argument("wheel", type=Path)
     checking.add_argument("--json", type=Path)
+    recording = sub.add_parser("record")
+    recording.add_argument("--published", type=Path, default=ROOT / ".bench-wheels" / "published")
+    recording.add_argument("--check", type=Path, required=True, help="check's --json, from the GPU host")
+    recording.add_argument("--gpu-step", type=Path, required=True, help="the GPU step's --report, from the GPU host")
+    recording.add_argument("--refused", type=Path, help="a GPU step's report that had to refuse (optional)")
+    recording.add_argument("--refused-wheels", default="", help="what that step was given, in words")
+    recording.add_argument("--host", required=True, help="the GPU host, in words (GPU, driver, Python)")
     args = parser.parse_args()
+    if args.command == "record":
+        refused = (args.refused, args.refused_wheels) if args.refused else None
+        return record(args.published, args.check, args.gpu_step, refused, args.host)
     if args.command == "build":
         args.out.mkdir(parents=True, exist_ok=True)
         return build(args.out, args.env)

@@ -61,9 +61,9 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     "gpu_check_stable": (
         "a stable-ABI wheel's CUDA kernel (and driver-API call, -lcuda) on a GPU under a torch minor other than the "
-        "one it was built with, by its check and by the farm's GPU step",
-        "bench/gpu_check_stable.py build (or publish: the farm's own run); then check WHEEL and "
-        "python -m wfbuild.gpu.gpu_test on a host with a GPU",
+        "one it was built with, inside its declared range, by its check and by the farm's GPU step",
+        "bench/gpu_check_stable.py publish (the farm's own run; or build); then check WHEEL and "
+        "python -m wfbuild.gpu.gpu_test on a host with a GPU; then bench/gpu_check_stable.py record",
     ),
     "stable_retests": (
         "one stable wheel, three torch releases: built once (2.13), then served on 2.14.1 and 2.15.0 by retests "

@@ -59,12 +59,13 @@ def test_the_summary_reads_the_probes_lines_and_a_crash_inside_a_check_fails() -
     assert gpu_test.summary([])["verdict"] == "failed"  # no verdict line is never a pass
 
 
-def _wheel(folder: Path) -> Path:
+def _wheel(folder: Path, requires: tuple[str, ...] = ()) -> Path:
     path = folder / "wf_gpu_probe_demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("wf_gpu_probe_demo/__init__.py", "VALUE = 42\n")
         info = "wf_gpu_probe_demo-1.0.dist-info"
-        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: wf-gpu-probe-demo\nVersion: 1.0\n")
+        meta = "Metadata-Version: 2.1\nName: wf-gpu-probe-demo\nVersion: 1.0\n"
+        zf.writestr(f"{info}/METADATA", meta + "".join(f"Requires-Dist: {r}\n" for r in requires))
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         zf.writestr(f"{info}/top_level.txt", "wf_gpu_probe_demo\n")
         zf.writestr(f"{info}/RECORD", "")
@@ -81,6 +82,7 @@ def test_the_script_installs_the_wheels_beside_a_torch_and_reports_no_device_her
     code = gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable])
     result = json.loads(report.read_text())
     assert code == 0 and result["verdict"] == "no-device", result
+    assert result["checks"][0] == {"check": "requirements", "ok": True, "detail": "none"}, result["checks"]
     assert "sees no CUDA device" in result["detail"] and result["wheels"] == [_wheel(tmp_path).name]
     spec = gpu_test.probe_spec(sorted(wheels.glob("*.whl")), "9.0", Path("tests"))
     assert spec["kind"] == "extension" and spec["modules"] == ["wf_gpu_probe_demo"]
@@ -95,6 +97,28 @@ def test_a_wheel_that_does_not_install_fails_at_install(tmp_path: Path) -> None:
     argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w")]
     assert gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable]) == 1
     assert json.loads(report.read_text())["failed"] == "install"
+
+
+def test_offline_over_the_hosts_torch_the_wheels_requirements_are_checked(tmp_path: Path) -> None:
+    # --no-deps installs anything: a wheel requiring a torch newer than the host's fails at install, naming both
+    import torch
+
+    have = torch.__version__
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    met = ("torch>=2.0", 'wf-none-such; python_version < "3"', "packaging")
+    _wheel(wheels, (*met, "torch>=99.0", "wf-none-such>=1"))
+    report = tmp_path / "report.json"
+    argv = ["--wheel-dir", str(wheels), "--arch-list", "9.0", "--work-dir", str(tmp_path / "w")]
+    assert gpu_test.main([*argv, "--report", str(report), "--base-python", sys.executable]) == 1
+    result = json.loads(report.read_text())
+    assert result["failed"] == "install", result
+    assert f"requires torch>=99.0, the venv has torch {have}" in result["detail"], result["detail"]
+    assert "requires wf-none-such>=1, the venv has none" in result["detail"], result["detail"]
+    assert "torch>=2.0" not in result["detail"] and "packaging" not in result["detail"], result["detail"]
+    _wheel(wheels, met)
+    unmet, found = gpu_test.requirements(Path(sys.executable), sorted(wheels.glob("*.whl")))
+    assert unmet == [] and found[0] == f"torch>=2.0: torch {have}" and len(found) == 2, found  # the marker skipped
 
 
 PASSING_PROBE = (

@@ -25,6 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
 from wfbuild import envs
 from wfbuild.cuda import devicecode
 from wfbuild.stages import package_tests
@@ -33,6 +37,15 @@ from wfbuild.wheels import wheelfile
 PROBE = Path(__file__).with_name("gpu_probe.py")
 SMOKE_GROUP = "wheelfoundry_smoke"
 TAIL_LINES = 40
+# Run by the venv's own Python, which may lack packaging: its installed distributions and PEP 508 marker values.
+INSTALLED = """import importlib.metadata as m, json, os, platform as p, re, sys
+have = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in m.distributions()}
+env = {"implementation_name": sys.implementation.name, "implementation_version": p.python_version(),
+       "os_name": os.name, "platform_machine": p.machine(), "platform_release": p.release(),
+       "platform_system": p.system(), "platform_version": p.version(), "python_full_version": p.python_version(),
+       "platform_python_implementation": p.python_implementation(), "sys_platform": sys.platform,
+       "python_version": ".".join(p.python_version_tuple()[:2])}
+print(json.dumps([have, env]))"""
 
 
 def probe_spec(wheels: list[Path], arch_list: str, tests: Path | None) -> dict[str, Any]:
@@ -64,17 +77,40 @@ def _pip(python: Path, args: list[str], log: list[str]) -> None:
         raise RuntimeError(f"pip install failed ({proc.returncode}): " + " ".join(log[-3:]))
 
 
-def make_venv(args: argparse.Namespace, wheels: list[Path], log: list[str]) -> Path:
+def make_venv(args: argparse.Namespace, wheels: list[Path], log: list[str]) -> tuple[Path, list[dict[str, Any]]]:
+    """The venv, and the checks its making made (offline: the wheels' requirements against the host's packages)."""
     venv: Path = args.work_dir / "venv"
     if args.base_python:
         subprocess.run([args.base_python, "-m", "venv", str(venv)], check=True)
         envs.link_base(venv, Path(args.base_python).parent.parent)  # the base env's torch, through a .pth
         _pip(venv / "bin" / "python", ["--no-index", "--no-deps", *map(str, wheels)], log)
-        return venv
+        unmet, met = requirements(venv / "bin" / "python", wheels)
+        if unmet:  # --no-deps installs anything: the wheels' own ranges are checked here instead
+            raise RuntimeError("the host's packages do not meet the wheels' requirements: " + "; ".join(unmet))
+        return venv, [{"check": "requirements", "ok": True, "detail": "; ".join(met) or "none"}]
     subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
     indexes = [f"--index-url={args.index_url[0]}"] + [f"--extra-index-url={u}" for u in args.index_url[1:]]
     _pip(venv / "bin" / "python", [*(indexes if args.index_url else []), *args.torch, *map(str, wheels)], log)
-    return venv
+    return venv, []  # pip resolved the wheels' requirements itself
+
+
+def requirements(python: Path, wheels: list[Path]) -> tuple[list[str], list[str]]:
+    """(unmet, met): each wheel's Requires-Dist (markers evaluated for ``python``) against the venv's installed
+    packages: "wf_x-1.0-...whl requires torch>=2.14, the venv has torch 2.11.0+cu130" (or "has none")."""
+    out = subprocess.run([str(python), "-I", "-c", INSTALLED], capture_output=True, text=True, check=True).stdout
+    have, environment = json.loads(out)
+    unmet, met = [], []
+    for wheel in wheels:
+        for line in wheelfile.metadata(wheel).get_all("Requires-Dist") or []:
+            req = Requirement(line)
+            if req.marker and not req.marker.evaluate({**environment, "extra": ""}):
+                continue
+            found = have.get(canonicalize_name(req.name))
+            if found is None or not req.specifier.contains(Version(found).public, prereleases=True):
+                unmet.append(f"{wheel.name} requires {req}, the venv has {f'{req.name} {found}' if found else 'none'}")
+            else:
+                met.append(f"{req}: {req.name} {found}")
+    return unmet, met
 
 
 def summary(lines: list[str]) -> dict[str, Any]:
@@ -105,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     try:
-        venv = make_venv(args, wheels, log)
+        venv, made = make_venv(args, wheels, log)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         failed = {"verdict": "failed", "failed": "install", "detail": str(exc), "checks": []}
         return failed | {"log_tail": log[-TAIL_LINES:]}
@@ -116,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     proc = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, timeout=args.timeout)
     lines = (proc.stdout + proc.stderr).splitlines()
     result = summary(lines)
+    result["checks"][:0] = made
     if args.test_arg and result["verdict"] == "passed":  # the request's own test command, the GPU visible
         tests = package_tests.PackageTests(tuple(args.test_arg), tuple(args.test_require), args.project, args.package)
         ok, detail = package_tests.run(venv, tests, dict(os.environ))

@@ -224,8 +224,11 @@ def _extension(p: Paths, job: dict[str, Any]) -> list[Stage]:
 
 
 def stable_floor(cell: dict[str, Any]) -> str:
-    """A stable build cell's torch (X.Y): the oldest torch of the cells its wheel serves for its Python (the
-    planner builds each against that one), so the floor it may have and the torch>= its wheel requires."""
+    """A stable build cell's floor (X.Y): the oldest torch of the cells its wheel serves (the planner's ``floor``;
+    without it, the cell's own torch), so the floor its files may have and the torch>= its wheel requires. A build
+    against the range's newest torch (``abi_build: newest``) must set TORCH_TARGET_VERSION to reach it."""
+    if cell.get("floor"):
+        return safety.check(safety.MINOR, str(cell["floor"]), "extension.cells.floor")
     version = str(cell["torch_version"]).split("+")[0].split(".")
     return safety.check(safety.MINOR, ".".join(version[:2]), "extension.cells.torch_version")
 

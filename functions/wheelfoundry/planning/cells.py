@@ -2,7 +2,8 @@
 
 Per torch (the default): every cell is built, each (platform, CUDA toolkit)'s cells by one job's toolkit. abi
 "stable" (LibTorch's stable ABI, issue 66): per (CUDA major, platform) one cell per Python is built, against the
-range's oldest torch with the request's oldest toolkit of that major; its wheel serves, and the test jobs install
+range's oldest torch (``abi_build: newest``: its newest) with the request's oldest toolkit of that major; its wheel
+requires torch>= the range's oldest and serves, and the test jobs install
 it into, every cell of the range (``build_groups``).
 """
 
@@ -53,9 +54,9 @@ Group = tuple[str | None, str, tuple[CellSpec, ...], tuple[CellSpec, ...]]
 def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool = False) -> list[Group]:
     """(CUDA or None, platform, cells to build, cells their wheels serve) per group of one job's toolkit. abi
     "stable": per (CUDA major, platform) and Python one cell is built, against the oldest torch any variant of
-    the major offers that Python, with the oldest toolkit offering it (a cu126 build runs on 12.8's runtime
-    too); its wheel serves every cell of that Python and major, each with its own CUDA and torch index (the
-    test jobs' environments). ``one_python``: the source's wheels are abi3 or py3-none (calibration), so the
+    the major offers that Python (``abi_build: newest``: the newest, its floor still the oldest), with the oldest
+    toolkit offering it (a cu126 build runs on 12.8's runtime too); its wheel serves every cell of that Python and
+    major, each with its own CUDA and torch index (the test jobs' environments). ``one_python``: the source's wheels are abi3 or py3-none (calibration), so the
     oldest Python's one build serves the cells of every Python of the major."""
     found = [
         (
@@ -78,14 +79,19 @@ def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool =
         built: dict[str | None, list[CellSpec]] = {}
         served: dict[str | None, list[CellSpec]] = {}
         pythons = list(dict.fromkeys(cell.python for _, cell in members))
-        if one_python:  # the oldest torch of the major first (its floor serves all), then its oldest Python
-            oldest_torch = min(Version(c.torch_version) for _, c in members)
-            pythons = [min((c.python for _, c in members if Version(c.torch_version) == oldest_torch), key=Version)]
+        pick = max if request.abi_build == "newest" else min  # the torch each build compiles against
+        if one_python:  # that torch of the major first, then its oldest Python
+            chosen = pick(Version(c.torch_version) for _, c in members)
+            pythons = [min((c.python for _, c in members if Version(c.torch_version) == chosen), key=Version)]
         for python in pythons:
             mine = [(v, c) for v, c in members if c.python == python]
-            oldest = min(Version(c.torch_version) for _, c in mine)
-            builder, cell = next((v, c) for v, c in mine if Version(c.torch_version) == oldest)
-            built.setdefault(builder, []).append(dataclasses.replace(cell, local_label=stable_label(cell, major)))
+            chosen = pick(Version(c.torch_version) for _, c in mine)
+            builder, cell = next((v, c) for v, c in mine if Version(c.torch_version) == chosen)
+            oldest = min(Version(c.torch_version) for _, c in (members if one_python else mine))
+            floor = f"{oldest.major}.{oldest.minor}"  # what the wheel serves from, whichever torch it compiles against
+            built.setdefault(builder, []).append(
+                dataclasses.replace(cell, local_label=stable_label(floor, major), floor=floor)
+            )
             served.setdefault(builder, []).extend(
                 dataclasses.replace(c, cuda=v, torch_index_url=index_url(request, v))
                 for v, c in (members if one_python else mine)
@@ -94,11 +100,11 @@ def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool =
     return out
 
 
-def stable_label(cell: CellSpec, major: str) -> str:
-    """A stable wheel's local label: its floor and CUDA major (``abi210cu13``, ``abi213cpu``), not one torch's or one
-    toolkit's (``pt210cu130``). The floor keeps a later build for a newer range from reusing the name."""
-    release = Version(cell.torch_version).release
-    return f"abi{release[0]}{release[1]}{'cpu' if major == 'cpu' else 'cu' + major}"
+def stable_label(floor: str, major: str) -> str:
+    """A stable wheel's local label: its floor (X.Y, the range's oldest torch) and CUDA major (``abi210cu13``,
+    ``abi213cpu``), not one torch's or one toolkit's (``pt210cu130``). The floor keeps a later build for a newer range
+    from reusing the name."""
+    return f"abi{floor.replace('.', '')}{'cpu' if major == 'cpu' else 'cu' + major}"
 
 
 def index_url(request: ExtensionRequest, cuda: str | None) -> str | None:

@@ -109,6 +109,10 @@ def plan_extension(
     free = calibration.proven_python_free(record, source) if request.abi == "stable" else None
     if free:  # an abi3 / py3-none wheel: the oldest Python's build serves every Python
         notes.append(f"abi3: one build per CUDA major and platform serves every Python ({free})")
+    if request.abi == "stable" and request.abi_build == "newest":
+        floor = oldest_minor(request, catalog)
+        notes.append(f"abi_build newest: each build compiles against the range's newest torch; its files must set "
+                     f"TORCH_TARGET_VERSION to reach torch {floor}, the floor its wheel requires")  # fmt: skip
     groups = []
     for cuda, platform, cells, served in build_groups(request, catalog, one_python=bool(free)):
         if cells:

@@ -99,6 +99,8 @@ class CellSpec:
     # A test job's cells span CUDA variants: each names its own toolkit and the index its torch comes from.
     cuda: str | None = None
     torch_index_url: str | None = None
+    # abi "stable": the oldest torch (X.Y) this build's wheel serves, its floor and torch>=; None: its own torch
+    floor: str | None = None
 
 
 @dataclass(frozen=True)

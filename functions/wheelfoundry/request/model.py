@@ -138,6 +138,7 @@ class ExtensionRequest:
     # cells of the matrix left out (wheelfoundry.request.exclusions): each entry's sorted (key, value) pairs
     exclude: tuple[tuple[tuple[str, str], ...], ...] = ()
     abi: Literal["auto", "per-torch", "stable"] = "auto"  # stable: a cell whose files are not is refused
+    abi_build: Literal["oldest", "newest"] = "oldest"  # stable: the range's torch each build compiles against
     retest: tuple[str, ...] = ()  # published stable wheels (keys) tested on the cells, with no build
 
 

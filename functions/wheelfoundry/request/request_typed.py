@@ -103,6 +103,7 @@ def build(data: Mapping[str, Any], catalog: Catalog, config: FarmConfig) -> Requ
             build_env=tuple(sorted(data["build_env"].items())),
             exclude=exclusions.parse(data.get("exclude")),
             abi=data.get("abi", "auto"),
+            abi_build=data.get("abi_build", "oldest"),
             retest=tuple(data.get("retest") or ()),
         )
     version = data.get("version") or catalog.newest_release().latest_patch()

@@ -245,6 +245,9 @@ def _check_extension(data: Mapping[str, Any], catalog: Catalog, skip: set[str]) 
         resolved.append(found)
     named = {r.spec: r.torch_version for r in resolved if r.torch_version}
     issues += stable_abi_issues(data.get("abi"), named, "the request also names torch")
+    if data.get("abi_build") == "newest" and data.get("abi") == "per-torch":  # each cell is its own build there
+        issues.append(Issue("abi_build", "newest picks the torch of a stable build; abi per-torch builds every torch",
+                            "newest", ("oldest", "newest with abi stable or auto")))  # fmt: skip
     issues += retest_issues(data, named)
     left_out = exclusions.parse(data.get("exclude"))
     issues += _check_exclude(data, skip)

@@ -33,8 +33,8 @@ PREFIX = "subscriptions/"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # the schema's name pattern
 # The extension request's fields a subscription passes on to every request it starts, as it states them.
 PASSED_ON = (
-    *("arch_list", "build_env", "test", "torch_index", "local_version", "layout", "abi", "require_all_cells"),
-    "options",
+    *("arch_list", "build_env", "test", "torch_index", "local_version", "layout", "abi", "abi_build"),
+    *("require_all_cells", "options"),
 )
 
 
