@@ -13,10 +13,10 @@ what its module links (libcuda.so.1, no libcuda carried), and writes the wheel a
 ``publish`` has the farm make that wheel instead, as tests/workflow/test_stable_cuda.py does: the shipped template
 on the embedded AWS, a request for stable_cuda_ext with ``abi: stable`` and ``abi_build: newest`` (torch 2.11-2.13,
 CUDA 13.0, Python 3.11, sm_90): one build against torch 2.13.0, tested as published in PyPI's torch 2.11.0, 2.12.0
-and 2.13.0 (find-links pointed at an empty folder: a host's own CPU file of a release would win), published once
-with ``Requires-Dist: torch>=2.11`` and signed; its module names libcuda.so.1, so on the driverless build and test
-hosts its import uses the driver stand-in (wfbuild.wheels.driver_standin). The published wheel and its provenance
-are copied out of the channel into --out.
+and 2.13.0 (find-links pointed at the empty tests/fixtures/no_wheels: a host's own CPU file of a release would
+win), published once with ``Requires-Dist: torch>=2.11`` and signed; its module names libcuda.so.1, so on the
+driverless build and test hosts its import uses the driver stand-in (wfbuild.wheels.driver_standin). The
+published wheel and its provenance are copied out of the channel into --out.
 ``check`` installs nothing: it imports the wheel's package from an unpacked copy next to whatever torch the
 interpreter has (torch 2.11.0+cu130 in the recorded check: inside the wheel's range, a minor other than the
 2.13 it was compiled against), runs scale_add on the GPU and on the CPU
@@ -88,8 +88,8 @@ def publish(out: Path) -> int:
     from wheelfoundry_local.demo import pack_source
     from wheelfoundry_local.session import EmbeddedAws
 
-    links = Path(tempfile.mkdtemp(prefix="wf-no-wheels-"))
-    os.environ["PIP_FIND_LINKS"] = str(links)  # every cell's torch from PyPI (a CUDA build), not a host's CPU file
+    # every cell's torch from PyPI (a CUDA build), not a host's CPU file of the release
+    os.environ["PIP_FIND_LINKS"] = str(ROOT / "tests" / "fixtures" / "no_wheels")
     with tempfile.TemporaryDirectory(prefix="wf-gpu-publish-") as state, EmbeddedAws(state_dir=Path(state)) as aws:
         stack = aws.deploy(ROOT / "template.yaml", parameters={"BuildHeartbeatSeconds": "120"})
         s3, bucket = aws.client("s3"), stack.outputs["WheelBucketName"]
@@ -113,7 +113,6 @@ def publish(out: Path) -> int:
             s3.download_file(bucket, name, str(local))
         record = {"run": run_id, "status": result.status, "published": found, "instances_left": len(aws.instances()),
                   "failed": report.get("failed"), "staged": (report.get("merge") or {}).get("wheels")}  # fmt: skip
-    links.rmdir()
     (out / "published.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))
     return 0 if result.status == "SUCCEEDED" and any(n.endswith(".whl") for n in found) else 1

@@ -137,11 +137,29 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# pip's settings from the environment that change which files it picks (a find-links folder holding a CPU build
+# of a release wins over the index's CUDA build of it): part of what a cached environment is.
+PIP_SOURCES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_CONSTRAINT",
+               "PIP_CONFIG_FILE")  # fmt: skip
+
+
 def cache_key(
-    python: str, pips: Sequence[str], requirements: Path | None, torch: str | None, index: str | None, salt: str = ""
+    python: str,
+    pips: Sequence[str],
+    requirements: Path | None,
+    torch: str | None,
+    index: str | None,
+    salt: str = "",
+    expect_cuda: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> str:
+    """The cached environment's name: what it was made of, where pip looked, and (a CUDA cell's) the CUDA its
+    torch must have, so a CPU cell's environment of the same torch spec is never a CUDA cell's."""
+    environ = os.environ if environ is None else environ
     ident = {
         "salt": salt,  # e.g. the sha256 of a wheel file named in pips
+        "expect_cuda": expect_cuda,
+        "pip_sources": {name: environ[name] for name in PIP_SOURCES if name in environ},
         "python": os.path.realpath(python),
         "version": sys.version if python == sys.executable else _full_version(python),
         "pips": sorted(pips),
@@ -165,9 +183,10 @@ def cached_env(
     torch: str | None = None,
     index: str | None = None,
     salt: str = "",
+    expect_cuda: str | None = None,
 ) -> Path:
     """A full venv with these packages under ``cache_dir/envs``, built once, then reused."""
-    key = cache_key(python, pips, requirements, torch, index, salt)
+    key = cache_key(python, pips, requirements, torch, index, salt, expect_cuda)
     base = cache_dir / "envs" / key
     with locked(cache_dir / "envs" / f"{key}.lock"):
         if (base / ".wf-ready").exists():
@@ -208,11 +227,12 @@ def create(
     torch: str | None = None,
     index: str | None = None,
     cache_dir: Path | None = None,
+    expect_cuda: str | None = None,
 ) -> Path:
     python = find_python(version)
     if cache_dir is None:
         return full_env(dest, python, pips, requirements, torch, index)
-    base = cached_env(cache_dir, python, pips, requirements, torch, index)
+    base = cached_env(cache_dir, python, pips, requirements, torch, index, expect_cuda=expect_cuda)
     return thin_env(dest, python, base)
 
 
@@ -228,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cache = os.environ.get("WF_CACHE_DIR")
     env = create(
-        args.dest, args.python, args.pip, args.requirements, args.torch, args.index_url, Path(cache) if cache else None
-    )
+        args.dest, args.python, args.pip, args.requirements, args.torch, args.index_url, Path(cache) if cache else None,
+        args.expect_cuda,
+    )  # fmt: skip
     if args.expect_cuda:
         problem = cuda_problem(env, args.expect_cuda)
         if problem:

@@ -9,7 +9,7 @@ provenance naming the abi reading (stable, floor 2.10) and the three torch cells
 libcuda.so.1, which no build or test host here has: the smoke stage and the test job import it with the driver
 stand-in (wfbuild.wheels.driver_standin) and say so; without it this run fails at its smoke stage. A host's pip
 find-links may hold a CPU build of a release (pip prefers its local label): the test points find-links at an empty
-folder so every cell's torch is PyPI's. bench/gpu_check_stable.py publish makes the same wheel for the GPU check
+folder (tests/fixtures/no_wheels) so every cell's torch is PyPI's. bench/gpu_check_stable.py publish makes the same wheel for the GPU check
 (docs/performance.md).
 """
 
@@ -29,16 +29,16 @@ from wheelfoundry_local import DeployedStack, EmbeddedAws
 
 pytestmark = pytest.mark.heavy  # a real CUDA build from the repository's toolkit lock: `make test-heavy`
 ROOT = Path(__file__).resolve().parents[2]
+NO_WHEELS = ROOT / "tests" / "fixtures" / "no_wheels"
 BUILT = "torch2.13.0-cp311-cuda13.0-x86_64"
 TESTED = ["torch2.11.0-cp311-cuda13.0-x86_64", "torch2.12.0-cp311-cuda13.0-x86_64", BUILT]
 
 
 def test_a_stable_cuda_wheel_is_built_once_and_tested_on_three_pypi_torch_releases_without_a_driver(
-    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hide_system_cuda(monkeypatch)  # the compiler comes from the lock the runner installs
-    (tmp_path / "no-wheels").mkdir()
-    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))  # PyPI's CUDA torch, not a CPU file on disk
+    monkeypatch.setenv("PIP_FIND_LINKS", str(NO_WHEELS))  # PyPI's CUDA torch, not a CPU file on disk
     uri = upload(aws, stack, ROOT / "tests" / "fixtures" / "stable_cuda_ext", "wf-stable-cuda")
     request = {"framework": "extension", "name": "wf-stable-cuda", "source": {"s3": uri}, "cuda": ["13.0"],
                "torch": ["2.11", "2.12", "2.13"], "python": ["3.11"], "arch_list": "9.0", "abi": "stable",
