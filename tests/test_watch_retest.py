@@ -16,6 +16,7 @@ from tests.watch_support import run_tick, subscription
 from wheelfoundry.aws.notify import summary
 from wheelfoundry.aws.watch import run_tick as stack_tick
 from wheelfoundry.publishing.coverage import Coverage
+from wheelfoundry.request.stable_wheels import serves_python
 
 STABLE = "wheels/extensions/torch-scatter/torch_scatter-2.1.2+abi214cpu-cp312-cp312-manylinux_2_28_x86_64.whl"
 
@@ -41,6 +42,19 @@ def test_a_stable_wheel_serves_its_major_python_and_platform_from_its_floor_on()
         "torch-scatter", None, "3.13", "x86_64", "2.15", "cu132"
     )
     assert found is not None and found.kind == "cu13"  # abi3 serves later Pythons; cu132 is CUDA 13's
+
+
+def test_a_py39_none_stable_wheel_as_xformers_ships_serves_python_3_9_on() -> None:
+    py39 = STABLE.replace("abi214cpu", "abi214cu13").replace("cp312-cp312", "py39-none")
+    coverage = Coverage.of([channel(py39, ("torch-2.14.1+cu130",))])
+    assert coverage.has("torch-scatter", "2.1.2", "3.13", "x86_64", "2.14", "cu130")  # served: no rebuild each tick
+    assert not coverage.has("torch-scatter", "2.1.2", "3.8", "x86_64", "2.14", "cu130")
+    found = coverage.stable_wheel("torch-scatter", None, "3.12", "x86_64", "2.15", "cu130")
+    assert found is not None and found.key == py39 and found.python == (3, 9) and found.abi3
+    name = py39.rsplit("/", 1)[1]
+    assert serves_python(name, "3.9") and serves_python(name, "3.14") and not serves_python(name, "3.8")
+    assert serves_python(name.replace("py39", "py3"), "3.8")
+    assert not serves_python(name.replace("py39-none", "pp39-pypy39_pp73"), "3.9")
 
 
 def test_a_new_torch_a_stable_wheel_may_serve_is_a_retest_with_its_build_as_fallback() -> None:

@@ -56,8 +56,9 @@ def build_groups(request: ExtensionRequest, catalog: Catalog, one_python: bool =
     "stable": per (CUDA major, platform) and Python one cell is built, against the oldest torch any variant of
     the major offers that Python (``abi_build: newest``: the newest, its floor still the oldest), with the oldest
     toolkit offering it (a cu126 build runs on 12.8's runtime too); its wheel serves every cell of that Python and
-    major, each with its own CUDA and torch index (the test jobs' environments). ``one_python``: the source's wheels are abi3 or py3-none (calibration), so the
-    oldest Python's one build serves the cells of every Python of the major."""
+    major, each with its own CUDA and torch index (the test jobs' environments). ``one_python``: the source's wheels
+    are abi3 or py3-none (calibration), so the oldest Python's one build serves the cells of every Python of the
+    major."""
     found = [
         (
             None if spec == "cpu" else spec,

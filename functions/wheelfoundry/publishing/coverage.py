@@ -5,7 +5,7 @@ its file name (project, version, Python and platform tags) and its ``variants``,
 Merge recorded for it (``torch-2.13.0+cu130``). A merged wheel lists every build it holds, a per-cell wheel
 its one. A cell is a torch *minor* release: the farm builds an extension per minor (its merged wheel requires
 ``torch>=2.13,<2.14``, its per-cell label is ``pt213cu130``), so a new patch release of torch is already
-served by the wheels of its minor. An abi3 wheel serves every CPython from its tag's on.
+served by the wheels of its minor. An abi3 or py3Y-none wheel serves every CPython from its tag's on.
 
 A stable-ABI wheel (its label ``abi213cpu``, ``abi210cu13``: its torch floor and CUDA major, planning.cells)
 may serve a torch release it was never tested on: :meth:`Coverage.stable_wheel` names it, and the watcher
@@ -22,7 +22,7 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from wheelfoundry.request.stable_wheels import kind_of, stable_label
+from wheelfoundry.request.stable_wheels import kind_of, stable_label, tag_python
 
 VARIANT = re.compile(r"^torch-(?P<torch>[0-9][0-9a-z.]*)\+(?P<label>cpu|cu[0-9]{2,4})$")
 PLATFORM = re.compile(r"(x86_64|aarch64)$")
@@ -33,7 +33,7 @@ class Served:
     project: str  # normalized
     version: str  # public version
     python: tuple[int, int]  # (3, 11)
-    abi3: bool  # serves every CPython >= python
+    abi3: bool  # serves every CPython >= python (cpXY-abi3, py3Y-none)
     platform: str
     minor: str  # torch 2.13
     label: str  # cpu, cu130
@@ -63,7 +63,7 @@ def served(state: Mapping[str, Any]) -> list[Served]:
         variants = entry.get("variants") if isinstance(entry, Mapping) else None
         floor, kind = stable_label(version) or (None, "")
         for tag in tags:
-            python = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
+            python = tag_python(tag)
             platform = PLATFORM.search(tag.platform)
             if not python or not platform:
                 continue
@@ -75,8 +75,8 @@ def served(state: Mapping[str, Any]) -> list[Served]:
                         Served(
                             canonicalize_name(name),
                             version.public,
-                            (int(python[1]), int(python[2])),
-                            tag.abi == "abi3",
+                            python[0],
+                            python[1],
                             platform[1],
                             minor,
                             match["label"],

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -106,20 +107,26 @@ def python_free(filename: str) -> bool:
     return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
 
 
+def tag_python(tag: Tag) -> tuple[tuple[int, int], bool] | None:
+    """(the CPython a wheel tag names, whether it installs on every later one too): cp312-cp312 ((3, 12), False);
+    cp39-abi3 ((3, 9), True); py39-none ((3, 9), True), as xFormers 0.0.35 ships; py3-none ((3, 0), True). None for
+    anything else (PyPy, Python 2)."""
+    match = re.fullmatch(r"(cp|py)3([0-9]*)", tag.interpreter)
+    if not match or (match[1] == "py" and tag.abi != "none") or (match[1] == "cp" and not match[2]):
+        return None
+    return (3, int(match[2] or 0)), match[1] == "py" or tag.abi == "abi3"
+
+
 def serves_python(filename: str, python: str) -> bool:
-    """Whether a wheel's tags install on CPython ``python`` (3.12): its own cpXY, abi3 from cpXY on, or py3."""
+    """Whether a wheel's tags install on CPython ``python`` (3.12): its own cpXY, abi3 from cpXY on, py3Y from 3.Y
+    on, or py3."""
     try:
         tags = parse_wheel_filename(filename)[3]
     except InvalidWheelFilename:
         return False
-    want = Version(python)
+    major, minor = (int(p) for p in python.split(".")[:2])
     for tag in tags:
-        if tag.interpreter.startswith("py3") and tag.abi == "none":
-            return True
-        digits = tag.interpreter.removeprefix("cp")
-        if not digits.isdigit():
-            continue
-        have = Version(f"{digits[0]}.{digits[1:]}")
-        if have == want or (tag.abi == "abi3" and have <= want):
+        found = tag_python(tag)
+        if found and (found[0] == (major, minor) or (found[1] and found[0] <= (major, minor))):
             return True
     return False
