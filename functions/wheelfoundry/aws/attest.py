@@ -83,7 +83,14 @@ def attest_run(
     run = event["run"]
     jobs = (event.get("build_jobs") or []) + (event.get("jobs") or [])  # test jobs after the build jobs
     bucket = run["bucket"]
-    request = _json(s3, bucket, f"runs/{run['id']}/request.json") or {}
+    request_key = f"runs/{run['id']}/request.json"
+    try:  # read once: the provenance records the request, a test result its digest
+        body = s3.get_object(Bucket=bucket, Key=request_key)["Body"].read()
+        request = json.loads(body)
+    except (ClientError, ValueError):
+        body, request = None, {}
+    digest = {"sha256": hashlib.sha256(body).hexdigest()} if body else None
+    ref = {"uri": f"s3://{bucket}/{request_key}", "digest": digest} if digest else None
     builder = {"stack": stack, "state_machine": state_machine_arn(event["execution"])}
     out: dict[str, Any] = {"status": "succeeded", "signed": [], "kept": [], "unsigned": [], "refused": []}
     collected = _collected(s3, bucket, jobs)
@@ -111,7 +118,7 @@ def attest_run(
         s3.put_object(Bucket=bucket, Key=target, Body=data, ContentType="application/json", CacheControl=PAGE_CACHE)
         out["signed"].append(wheel["filename"])
     extended = {f for c in collected for f in c.get("extended") or []}
-    out["tested"] = _sign_retests(s3, run, event["execution"], wheels, extended, sign, key_id, out)
+    out["tested"] = _sign_retests(s3, run, event["execution"], wheels, extended, ref, sign, key_id, out)
     if out["refused"]:
         out["status"] = "partial"
     s3.put_object(Bucket=bucket, Key=f"runs/{run['id']}/attest.json", Body=json.dumps(out, indent=2).encode())
@@ -120,26 +127,20 @@ def attest_run(
 
 def _sign_retests(
     s3: Any, run: dict[str, Any], execution: str, wheels: list[dict[str, Any]], extended: set[str],
-    sign: Callable[[bytes], bytes], key_id: str, out: dict[str, Any],
+    ref: dict[str, Any] | None, sign: Callable[[bytes], bytes], key_id: str, out: dict[str, Any],
 ) -> list[str]:  # fmt: skip
-    """A signed test result (``<wheel>.tests/<run>.json``) for each published wheel whose bytes this run tested in
-    more torch releases (Collect's ``extended``); the wheel's provenance stays the build's."""
+    """A signed test result (``<wheel>.tests/<run>.json``, ``ref``: the run's request) for each published wheel whose
+    bytes this run tested in more torch releases (Collect's ``extended``); the wheel's provenance stays the build's."""
     bucket, signed = run["bucket"], []
-    if not extended:
-        return []
-    body = s3.get_object(Bucket=bucket, Key=f"runs/{run['id']}/request.json")["Body"].read()
-    ref = {
-        "uri": f"s3://{bucket}/runs/{run['id']}/request.json",
-        "digest": {"sha256": hashlib.sha256(body).hexdigest()},
-    }
     for wheel in wheels:
         if wheel["filename"] not in extended or wheel["filename"] in signed:
             continue
         digest = _sha256(s3.get_object(Bucket=bucket, Key=wheel["key"])["Body"]).hexdigest()
         passed = provenance.tested_in(wheel["manifests"], wheel["filename"])
-        if digest != wheel["sha256"] or not passed:
+        if digest != wheel["sha256"] or not passed or ref is None:
             why = f"{wheel['key']} hashes to {digest}, its test manifest says {wheel['sha256']}"
-            out["refused"].append({"wheel": wheel["filename"], "reason": why if passed else "no passed cells"})
+            why = why if digest != wheel["sha256"] else "no passed cells" if not passed else "no request.json"
+            out["refused"].append({"wheel": wheel["filename"], "reason": why})
             continue
         stmt = provenance.test_result({"filename": wheel["filename"], "sha256": digest}, passed, ref,
                                       {**run, "execution": execution})  # fmt: skip

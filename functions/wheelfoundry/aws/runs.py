@@ -212,7 +212,7 @@ def validate(
     check_publish_target(request, settings)
     retest = retest_wheels(s3, settings.bucket, request.channel, getattr(request, "retest", ()))
     context = StackContext(settings.bucket, settings.region, settings.ecr_repository)
-    bundle_key, pins = current_bundle(s3, settings.bucket)  # the first S3 read, once the request is valid
+    bundle_key, pins = current_bundle(s3, settings.bucket)
     source = getattr(request, "source", None)
     recorded_at = calibration_key(extension_cache_scope(source)) if source is not None else None
     record = read_record(s3, settings.bucket, recorded_at) if recorded_at else None
