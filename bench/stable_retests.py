@@ -99,9 +99,9 @@ def measure(state: Path) -> dict[str, Any]:
             out["runs"].append(run_record(s3, bucket, planned["name"], time.monotonic() - ticked, result.status))
         (key,) = [k for k in keys(s3, bucket, "wheels/ci/wf-stable/") if k.endswith(".whl")]
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        head = s3.head_object(Bucket=bucket, Key=key)
+        state = s3_json(s3, bucket, "simple/ci/.index-state.json")["wheels"][key]
         out["wheel"] = {"name": key.rsplit("/", 1)[1], "sha256": hashlib.sha256(body).hexdigest(),
-                        "variants": head["Metadata"].get("wf-variants", "").split(","),
+                        "variants": state["variants"],
                         "test_results": [k.rsplit("/", 1)[1] for k in keys(s3, bucket, f"{key}.tests/")]}  # fmt: skip
         aws.events.fire_schedule(stack.schedule_name("WatchSchedule"))
         out["second_tick_runs"] = len(s3_json(s3, bucket, "watch/last-tick.json")["runs"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from wheelfoundry.aws.merging import stage_run
 from wheelfoundry.aws.results import collect
 from wheelfoundry.aws.retests import retest_wheels
 from wheelfoundry.errors import RequestInvalid
+from wheelfoundry.publishing import served
 from wheelfoundry.publishing.index import channel_state, publish_index
 
 BUCKET = "wf-bucket"
@@ -92,7 +92,7 @@ def test_a_cu13_wheel_is_not_staged_for_a_cpu_cell(s3: Any, tmp_path: Path) -> N
 
 def test_collect_adds_the_passed_torch_to_the_same_bytes_and_the_index_lists_it(s3: Any, tmp_path: Path) -> None:
     key, sha, data = published(s3, tmp_path)
-    time.sleep(1.05)  # S3 keeps write times to the second; a retest runs minutes after its wheel was published
+    before = s3.head_object(Bucket=BUCKET, Key=key)
     run = retest_run(s3, key)
     (staged,) = stage_run({"run": run, "jobs": [], "test_jobs": [TEST]}, s3, tmp_path)["wheels"]
     name = staged["filename"]
@@ -101,15 +101,29 @@ def test_collect_adds_the_passed_torch_to_the_same_bytes_and_the_index_lists_it(
     wheel = {"filename": name, "key": f"{TEST['prefix']}wheels/{name}", "sha256": sha}
     out = collect({"job": TEST, "run": run, "build": {"wheels": [wheel]}}, s3)
     assert out["published"] == [] and out["unchanged"] == [name] and out["extended"] == [name]
-    head = s3.head_object(Bucket=BUCKET, Key=key)
-    assert head["Metadata"] == {"sha256": sha, "wf-variants": "torch-2.13.0+cpu,torch-2.14.1+cpu"}
+    head = s3.head_object(Bucket=BUCKET, Key=key)  # the published object is not touched: bytes, metadata, time
+    assert head["Metadata"] == {"sha256": sha, "wf-variants": "torch-2.13.0+cpu"}
+    assert (head["ETag"], head["LastModified"]) == (before["ETag"], before["LastModified"])
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == data
-    publish_index(s3, BUCKET, "ci")  # the same ETag: the index notices by the time it was written
+    assert s3.head_object(Bucket=BUCKET, Key=f"{key}{served.SERVED}torch-2.14.1+cpu")["ContentLength"] == 0
+    publish_index(s3, BUCKET, "ci")
     assert channel_state(s3, BUCKET, "ci")["wheels"][key]["variants"] == ["torch-2.13.0+cpu", "torch-2.14.1+cpu"]
     page = s3.get_object(Bucket=BUCKET, Key="simple/ci/torch-2.14.1+cpu.html")["Body"].read().decode()
     assert name in page
     again = collect({"job": TEST, "run": run, "build": {"wheels": [wheel]}}, s3)
-    assert again["unchanged"] == [name] and again["extended"] == []  # nothing new: no copy
+    assert again["unchanged"] == [name] and again["extended"] == []  # nothing new: no marker
+
+
+def test_two_retests_finishing_together_both_reach_the_index(s3: Any, tmp_path: Path) -> None:
+    # Each read the wheel before the other wrote: a copy with merged metadata would keep only the later release.
+    key, _, _ = published(s3, tmp_path)
+    listed = s3.head_object(Bucket=BUCKET, Key=key)["Metadata"]["wf-variants"].split(",")
+    assert served.mark(s3, BUCKET, key, listed, ["torch-2.14.1+cpu"]) == ["torch-2.14.1+cpu"]
+    assert served.mark(s3, BUCKET, key, listed, ["torch-2.15.0+cpu", "torch-2.13.0+cpu"]) == ["torch-2.15.0+cpu"]
+    assert served.mark(s3, BUCKET, key, listed, ["torch-2.14.1+cpu", "not a variant"]) == []
+    publish_index(s3, BUCKET, "ci")
+    variants = channel_state(s3, BUCKET, "ci")["wheels"][key]["variants"]
+    assert variants == ["torch-2.13.0+cpu", "torch-2.14.1+cpu", "torch-2.15.0+cpu"], variants
 
 
 def test_attest_signs_a_test_result_for_the_retested_bytes_and_no_build_provenance(s3: Any, tmp_path: Path) -> None:

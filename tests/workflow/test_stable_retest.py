@@ -72,7 +72,10 @@ def test_a_new_torch_is_served_by_testing_the_published_stable_wheel_with_no_bui
     tested = s3_json(aws, stack, f"runs/{run_id}/jobs/wf-stable-test-cp311-x86_64/manifest.json")
     assert [(w["name"], w["sha256"], w["tested_cells"]) for w in tested["wheels"]] == [(name, sha, [NEW])], tested
     assert hashlib.sha256(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).hexdigest() == sha  # same bytes
-    assert s3.head_object(Bucket=bucket, Key=key)["Metadata"]["wf-variants"] == "torch-2.13.0+cpu,torch-2.14.1+cpu"
+    assert s3.head_object(Bucket=bucket, Key=key)["Metadata"]["wf-variants"] == "torch-2.13.0+cpu"  # untouched
+    assert s3_keys(aws, stack, f"{key}.served/") == [f"{key}.served/torch-2.14.1+cpu"]  # publishing.served
+    variants = s3_json(aws, stack, "simple/ci/.index-state.json")["wheels"][key]["variants"]
+    assert variants == ["torch-2.13.0+cpu", "torch-2.14.1+cpu"], variants
     for page in ("torch-2.13.0+cpu", "torch-2.14.1+cpu"):
         assert name in s3.get_object(Bucket=bucket, Key=f"simple/ci/{page}.html")["Body"].read().decode(), page
     envelope = s3_json(aws, stack, f"{key}.tests/{run_id}.json")

@@ -14,6 +14,7 @@ from wheelfoundry.aws.shared_wheels import all_passed, sharing
 from wheelfoundry.aws.timing import job_timing
 from wheelfoundry.config import load_config
 from wheelfoundry.errors import ManifestInvalid, PublishedNameReused
+from wheelfoundry.publishing import served
 from wheelfoundry.publishing.edge import WHEEL_CACHE
 from wheelfoundry.publishing.index import published_sha256
 
@@ -206,7 +207,12 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
         if existing is not None:
             same = existing.get("Metadata", {}).get("sha256") == sha
             (unchanged if same else conflicts).append(filename)
-            if same and staged is not None and extend_variants(s3, bucket, dest, existing, metadata):
+            listed = existing.get("Metadata", {}).get("wf-variants", "").split(",")
+            if (
+                same
+                and staged is not None
+                and served.mark(s3, bucket, dest, listed, metadata["wf-variants"].split(","))
+            ):
                 extended.append(filename)  # these bytes passed in more torch releases: listed there too
             continue
         ever = published_sha256(s3, bucket, channel) if ever is None else ever
@@ -234,19 +240,6 @@ def collect(event: dict[str, Any], s3: Any) -> dict[str, Any]:
             manifest, {c.get("id") for c in (contract.get("extension") or {}).get("cells") or []}
         ),
     }
-
-
-def extend_variants(s3: Any, bucket: str, dest: str, existing: dict[str, Any], metadata: dict[str, str]) -> bool:
-    """Add the (torch, CUDA) variants this test passed to the published wheel's ``wf-variants``; its bytes stay (a
-    copy onto itself, from the version read, with new metadata). Whether any was added."""
-    have = [v for v in existing.get("Metadata", {}).get("wf-variants", "").split(",") if v]
-    added = [v for v in metadata.get("wf-variants", "").split(",") if v and v not in have]
-    if not added:
-        return False
-    meta = {**existing.get("Metadata", {}), "wf-variants": ",".join([*have, *added])}
-    version = existing.get("VersionId")
-    _copy(s3, bucket, dest, dest, version if version and version != "null" else None, meta)
-    return True
 
 
 def device_code_summary(manifest: dict[str, Any], cells: set[Any]) -> dict[str, Any]:

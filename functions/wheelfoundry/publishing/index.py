@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from email.parser import BytesHeaderParser
@@ -27,6 +26,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from wheelfoundry.conditional import CONFLICT, jittered
 from wheelfoundry.errors import IndexConflict, PublishedNameReused
 from wheelfoundry.publishing import edge as edges
+from wheelfoundry.publishing import served
 from wheelfoundry.publishing.index_pages import (
     IndexFile,
     Pages,
@@ -37,6 +37,7 @@ from wheelfoundry.publishing.index_pages import (
 )
 from wheelfoundry.publishing.index_variants import channel_files, write_variants
 from wheelfoundry.publishing.provenance import SUFFIX as PROVENANCE_SUFFIX
+from wheelfoundry.publishing.served import VARIANT
 
 __all__ = [
     "STATE",
@@ -52,13 +53,12 @@ __all__ = [
 
 STATE = ".index-state.json"  # simple/<channel>/.index-state.json: the last publish's listing, and its turn
 YANKED = ".yanked"  # wheels/<ch>/<project>/<wheel>.yanked: PEP 592's yank (its body the reason); bytes stay
-VARIANT = re.compile(r"torch-[0-9][0-9a-z.]*\+(cpu|cu[0-9]{2,4})")
 
 
 def _listing(s3: Any, bucket: str, prefix: str) -> tuple[dict[str, str], dict[str, int]]:
     """Every key under the prefix with its change token, and its size (one LIST call per 1000 keys). The token
-    is the ETag and the time it was written: a retest that adds torch releases to a wheel copies it onto itself
-    with new metadata (aws.results), which keeps a single-part object's ETag."""
+    is the ETag and the time it was written: a copy of an object onto itself with new metadata keeps a single-part
+    object's ETag."""
     keys: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -92,17 +92,20 @@ def requires_torch(metadata: bytes) -> str | None:
     return None
 
 
-def _entry(s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[str, Any]) -> dict[str, Any]:
-    """What the index says about one wheel; reads only a wheel (or .metadata, .yanked) the last publish did not see."""
+def _entry(
+    s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[str, Any], retested: list[str]
+) -> dict[str, Any]:
+    """What the index says about one wheel; reads only a wheel (or .metadata, .yanked) the last publish did not see.
+    ``retested``: the variants its markers name (publishing.served), listed after its build's."""
     etag, meta_etag, yank_etag = listing[key], listing.get(f"{key}.metadata"), listing.get(f"{key}{YANKED}")
     old = known.get(key)
-    same = ("etag", etag), ("metadata_etag", meta_etag), ("yanked_etag", yank_etag)
-    if old and "requires_torch" in old and all(old.get(k) == v for k, v in same):
+    same = ("etag", etag), ("metadata_etag", meta_etag), ("yanked_etag", yank_etag), ("served", retested)
+    if old and "requires_torch" in old and all(old.get(k, [] if k == "served" else None) == v for k, v in same):
         return dict(old)
     meta = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {})
     metadata_sha = torch = yanked = None
-    # Only what changed is read again: a wheel copied onto itself with new variants (a retest), or the first
-    # publish after the change token gained the write time, HEADs the wheel and keeps its METADATA's reading.
+    # Only what changed is read again: a wheel whose object or markers changed HEADs the wheel and keeps its
+    # METADATA's reading.
     if meta_etag is not None and old and old.get("metadata_etag") == meta_etag and "requires_torch" in old:
         metadata_sha, torch = old.get("metadata_sha256"), old.get("requires_torch")
     elif meta_etag is not None:
@@ -112,6 +115,7 @@ def _entry(s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[
         yanked = old.get("yanked")
     elif yank_etag is not None:
         yanked = s3.get_object(Bucket=bucket, Key=f"{key}{YANKED}")["Body"].read().decode("utf-8", "replace")[:500]
+    built = [v for v in meta.get("wf-variants", "").split(",") if VARIANT.fullmatch(v)]  # its build run's tests
     return {
         "etag": etag,
         "metadata_etag": meta_etag,
@@ -121,7 +125,8 @@ def _entry(s3: Any, bucket: str, key: str, listing: dict[str, str], known: dict[
         "metadata_sha256": metadata_sha,
         "requires_torch": torch,
         "yanked": None if yanked is None else yanked.strip(),
-        "variants": [v for v in meta.get("wf-variants", "").split(",") if VARIANT.fullmatch(v)],
+        "served": retested,
+        "variants": list(dict.fromkeys([*built, *retested])),
     }
 
 
@@ -132,10 +137,11 @@ def scan(s3: Any, bucket: str, channel: str, known: dict[str, Any] | None = None
     a channel's N-th publish costs its LIST pages plus the new wheels, not N HEADs.
     """
     listing, sizes = _listing(s3, bucket, f"wheels/{channel}/")
+    retested = served.from_listing(listing)
     entries = {}
     for key in sorted(listing):
         if key.endswith(".whl"):
-            entries[key] = _entry(s3, bucket, key, listing, known or {})
+            entries[key] = _entry(s3, bucket, key, listing, known or {}, retested.get(key, []))
             entries[key]["provenance"] = f"{key}{PROVENANCE_SUFFIX}" in listing
             entries[key]["size"] = sizes[key]
     return entries
