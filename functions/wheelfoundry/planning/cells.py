@@ -2,9 +2,9 @@
 
 Per torch (the default): every cell is built, each (platform, CUDA toolkit)'s cells by one job's toolkit. abi
 "stable" (LibTorch's stable ABI, issue 66): per (CUDA major, platform) one cell per Python is built, against the
-range's oldest torch (``abi_build: newest``: its newest) with the request's oldest toolkit of that major; its wheel
-requires torch>= the range's oldest and serves, and the test jobs install
-it into, every cell of the range (``build_groups``).
+range's oldest torch (``abi_build: newest``: its newest, with the oldest toolkit offering it) with the request's
+oldest toolkit of that major; its wheel requires torch>= the range's oldest and serves, and the test jobs install it
+into, every cell of the range (``build_groups``).
 """
 
 from __future__ import annotations
