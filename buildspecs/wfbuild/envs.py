@@ -150,15 +150,13 @@ def cache_key(
     torch: str | None,
     index: str | None,
     salt: str = "",
-    expect_cuda: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> str:
-    """The cached environment's name: what it was made of, where pip looked, and (a CUDA cell's) the CUDA its
-    torch must have, so a CPU cell's environment of the same torch spec is never a CUDA cell's."""
+    """The cached environment's name: what it was made of and where pip looked (the same torch spec resolves to
+    another file when pip's environment points it elsewhere)."""
     environ = os.environ if environ is None else environ
     ident = {
         "salt": salt,  # e.g. the sha256 of a wheel file named in pips
-        "expect_cuda": expect_cuda,
         "pip_sources": {name: environ[name] for name in PIP_SOURCES if name in environ},
         "python": os.path.realpath(python),
         "version": sys.version if python == sys.executable else _full_version(python),
@@ -183,10 +181,9 @@ def cached_env(
     torch: str | None = None,
     index: str | None = None,
     salt: str = "",
-    expect_cuda: str | None = None,
 ) -> Path:
     """A full venv with these packages under ``cache_dir/envs``, built once, then reused."""
-    key = cache_key(python, pips, requirements, torch, index, salt, expect_cuda)
+    key = cache_key(python, pips, requirements, torch, index, salt)
     base = cache_dir / "envs" / key
     with locked(cache_dir / "envs" / f"{key}.lock"):
         if (base / ".wf-ready").exists():
@@ -227,12 +224,11 @@ def create(
     torch: str | None = None,
     index: str | None = None,
     cache_dir: Path | None = None,
-    expect_cuda: str | None = None,
 ) -> Path:
     python = find_python(version)
     if cache_dir is None:
         return full_env(dest, python, pips, requirements, torch, index)
-    base = cached_env(cache_dir, python, pips, requirements, torch, index, expect_cuda=expect_cuda)
+    base = cached_env(cache_dir, python, pips, requirements, torch, index)
     return thin_env(dest, python, base)
 
 
@@ -248,9 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cache = os.environ.get("WF_CACHE_DIR")
     env = create(
-        args.dest, args.python, args.pip, args.requirements, args.torch, args.index_url, Path(cache) if cache else None,
-        args.expect_cuda,
-    )  # fmt: skip
+        args.dest, args.python, args.pip, args.requirements, args.torch, args.index_url, Path(cache) if cache else None
+    )
     if args.expect_cuda:
         problem = cuda_problem(env, args.expect_cuda)
         if problem:
