@@ -192,7 +192,9 @@ def cached_env(
         # Built in place (venv scripts hold absolute paths, so a venv cannot be moved); the marker,
         # written last, tells a half-built env left by a killed job from a finished one.
         full_env(base, python, pips, requirements, torch, index)
-        (base / ".wf-ready").write_text(json.dumps({"python": python, "pips": list(pips), "torch": torch}))
+        sources = {name: os.environ[name] for name in PIP_SOURCES if name in os.environ}
+        ready = {"python": python, "pips": list(pips), "torch": torch, "pip_sources": sources}
+        (base / ".wf-ready").write_text(json.dumps(ready))
         return base
 
 

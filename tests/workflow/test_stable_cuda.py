@@ -18,7 +18,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import shutil
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,19 @@ BUILT = "torch2.13.0-cp311-cuda13.0-x86_64"
 TESTED = ["torch2.11.0-cp311-cuda13.0-x86_64", "torch2.12.0-cp311-cuda13.0-x86_64", BUILT]
 
 
+@pytest.fixture
+def own_environments() -> Iterator[None]:
+    """Afterwards, the cached environments made with find-links at NO_WHEELS: three CUDA torch builds (about 14 GB)
+    that only this test uses, removed so the heavy suite fits a CI machine's disk."""
+    yield
+    cache = os.environ.get("WF_CACHE_DIR")
+    for ready in Path(cache).glob("envs/*/.wf-ready") if cache else ():
+        sources = json.loads(ready.read_text()).get("pip_sources") or {}
+        if sources.get("PIP_FIND_LINKS") == str(NO_WHEELS):
+            shutil.rmtree(ready.parent)
+
+
+@pytest.mark.usefixtures("own_environments")
 def test_a_stable_cuda_wheel_is_built_once_and_tested_on_three_pypi_torch_releases_without_a_driver(
     aws: EmbeddedAws, stack: DeployedStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
