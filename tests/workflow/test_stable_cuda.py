@@ -44,8 +44,11 @@ def own_environments() -> Iterator[None]:
     yield
     cache = os.environ.get("WF_CACHE_DIR")
     for ready in Path(cache).glob("envs/*/.wf-ready") if cache else ():
-        sources = json.loads(ready.read_text()).get("pip_sources") or {}
-        if sources.get("PIP_FIND_LINKS") == str(NO_WHEELS):
+        try:  # wfbuild.envs writes JSON there; other cached folders (a smoke's torch wheel) write a name
+            made = json.loads(ready.read_text())
+        except ValueError:
+            continue
+        if isinstance(made, dict) and (made.get("pip_sources") or {}).get("PIP_FIND_LINKS") == str(NO_WHEELS):
             shutil.rmtree(ready.parent)
 
 
