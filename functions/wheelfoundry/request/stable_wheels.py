@@ -104,7 +104,7 @@ def python_free(filename: str) -> bool:
         tags = parse_wheel_filename(filename)[3]
     except InvalidWheelFilename:
         return False
-    return bool(tags) and all(t.abi == "abi3" or (t.interpreter.startswith("py3") and t.abi == "none") for t in tags)
+    return bool(tags) and all((found := tag_python(t)) is not None and found[1] for t in tags)
 
 
 def tag_python(tag: Tag) -> tuple[tuple[int, int], bool] | None:
